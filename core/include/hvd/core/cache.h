@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+// Response cache: names negotiated before get a bit position, so later rounds agree on readiness
+// with one bitwise-AND allreduce instead of a gather at the coordinator.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hvd/core/message.h"
+
+namespace hvd::core {
+
+/// Every rank holds an identical cache: entries are only added, touched and evicted while
+/// executing the round's response list, which is the same on every rank. Least recently used
+/// entries are evicted first; a freed bit is reused by the next insertion (lowest free bit).
+class ResponseCache {
+ public:
+  explicit ResponseCache(int64_t capacity);
+
+  enum class Lookup { kMiss, kHit, kMismatch };
+  /// kHit: the name is cached with identical parameters (bit set in *bit);
+  /// kMismatch: cached with different parameters (bit in *bit; the entry must be invalidated).
+  Lookup lookup(const Request& r, uint32_t* bit) const;
+
+  /// Caches a successfully negotiated request (parameters of all ranks). Returns the bit that was
+  /// evicted to make room, if any.
+  std::optional<uint32_t> put(const Request& params);
+  /// Marks an entry as just used (LRU order).
+  void touch(uint32_t bit);
+  void erase(uint32_t bit);
+  bool contains(uint32_t bit) const;
+  /// The parameters cached under `bit`.
+  const Request& at(uint32_t bit) const;
+
+  int64_t capacity() const { return capacity_; }
+  size_t size() const { return by_name_.size(); }
+  /// Number of 64-bit words needed for a bit vector over all positions.
+  size_t num_words() const { return static_cast<size_t>((capacity_ + 63) / 64); }
+
+ private:
+  struct Entry {
+    Request params;
+    std::list<uint32_t>::iterator lru_pos;
+    bool used = false;
+  };
+  int64_t capacity_;
+  std::vector<Entry> entries_;                 // indexed by bit
+  std::unordered_map<std::string, uint32_t> by_name_;
+  std::list<uint32_t> lru_;                    // front = most recent
+  std::vector<uint32_t> free_bits_;            // kept sorted descending; back() is lowest
+};
+
+}  // namespace hvd::core

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// Negotiation: which named tensors are ready on every rank, in which order to run them.
+//
+// Protocol, one round (every rank of the process set takes part in each round):
+//  1. Each rank sets, in a bit vector, the cache bits of its pending requests whose name and
+//     parameters are cached, plus inverted flag words ("I have uncached requests", "I want to
+//     shut down", "this cache entry no longer matches my request"). One bitwise-AND allreduce
+//     gives the bits set on every rank (ready everywhere) and, through the inversion, the OR of
+//     the flags.
+//  2. Cached responses = the set ready bits in ascending bit order, computed identically on
+//     every rank from identical caches. Invalidated entries are evicted everywhere and their
+//     pending requests re-sent uncached.
+//  3. If any rank has uncached requests or wants to shut down: every rank sends its uncached
+//     requests to rank 0 (gather); rank 0 records them per name, and for each name now requested
+//     by every rank validates the parameters and emits a response (or an error naming the
+//     tensor, the ranks and the values); grouped names wait for their whole group. Rank 0
+//     broadcasts the list.
+//  4. The round's list = cached responses, then the broadcast ones. Every rank then caches the
+//     new successful single-tensor responses in list order, so caches stay identical.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hvd/core/cache.h"
+#include "hvd/core/message.h"
+#include "hvd/core/transport.h"
+
+namespace hvd::core {
+
+struct RoundResult {
+  std::vector<Response> responses;      ///< in execution order, not yet fused
+  bool shutdown = false;                ///< some rank asked to shut down: stop after executing
+  std::vector<int32_t> shutdown_ranks;
+  bool full_round = false;              ///< the coordinator was involved (not cache-only)
+};
+
+/// Negotiation state of one rank in one process set. Not thread-safe: the background thread
+/// owns it.
+class Controller {
+ public:
+  Controller(Transport* transport, int64_t cache_capacity);
+
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+
+  /// Adds a request of this rank (validated locally already).
+  void submit(const Request& r);
+  /// True while this rank has requests not yet answered.
+  bool has_pending() const { return !uncached_.empty() || !pending_bits_.empty() || waiting_ > 0; }
+  /// Runs one round (see the file comment).
+  Status run_round(bool want_shutdown, RoundResult* out);
+
+  /// Requests rank 0 has had from some ranks but not all for at least `older_than_s` seconds:
+  /// name -> ranks missing (rank 0 only).
+  std::map<std::string, std::vector<int>> stalled(double older_than_s) const;
+  const ResponseCache& cache() const { return cache_; }
+
+ private:
+  void coordinator_add(const Request& r, std::vector<Response>* ready);
+  void cache_new_responses(const std::vector<Response>& responses);
+
+  Transport* transport_;
+  ResponseCache cache_;
+  bool cache_enabled_;
+  std::vector<Request> uncached_;                 // to send at the next full round
+  std::map<uint32_t, Request> pending_bits_;      // cached requests waiting for all ranks
+  std::set<uint32_t> invalid_bits_;               // cache entries my requests contradict
+  int64_t waiting_ = 0;                           // sent to rank 0, no response yet
+  std::unordered_map<std::string, Request> sent_; // name -> my request sent to rank 0
+
+  // Coordinator (rank 0) state.
+  struct Pending {
+    std::vector<std::optional<Request>> per_rank;
+    int count = 0;
+    uint64_t arrival = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::unordered_map<std::string, Pending> table_;
+  uint64_t arrivals_ = 0;
+  // group key -> responses of members ready so far (in member arrival order)
+  struct Group {
+    std::vector<Response> members;  // ready, waiting for the rest of the group
+    int done = 0;                   // members answered (run or failed)
+    bool failed = false;
+    std::string reason;
+  };
+  std::unordered_map<std::string, Group> groups_;
+};
+
+}  // namespace hvd::core

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+// The executor seam: backends (MPI, NCCL, test) implement how a negotiated response runs.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvd/core/handle.h"
+#include "hvd/core/message.h"
+
+namespace hvd::core {
+
+/// A submitted collective waiting in this rank's tensor table.
+struct TensorEntry {
+  Request request;
+  TensorView input;
+  TensorView output;
+  std::shared_ptr<HandleState> handle;
+  /// Allocates the output of allgather/alltoall once its shape is known; null = hvd allocates.
+  std::function<void*(const std::vector<int64_t>& shape)> allocator;
+};
+
+/// Runs responses of one device kind. Called only from the background thread.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  /// Runs `r` (possibly fused: several names) on this rank's entries, given in the response's
+  /// name order. Must be called by every rank of the process set for the same response.
+  virtual Status execute(const Response& r, const std::vector<TensorEntry*>& entries) = 0;
+  /// Human-readable backend name for logs ("mpi", "nccl").
+  virtual std::string name() const = 0;
+};
+
+}  // namespace hvd::core

@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fusion planning: which consecutive responses run as one collective. Pure function.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hvd/core/message.h"
+
+namespace hvd::core {
+
+struct FusionOptions {
+  int64_t threshold_bytes = 64LL << 20;  ///< largest fused buffer; <= 0 disables fusion
+  int64_t direct_bytes = 1LL << 20;      ///< tensors this big run alone, in place
+};
+
+/// Merges runs of consecutive allreduce responses whose dtype, device, reduce op, scale factors
+/// and process set agree, while the fused size stays within the threshold. Tensors of at least
+/// `direct_bytes` are never fused. Error and non-allreduce responses pass through unchanged, as
+/// do grouped responses (already one response). The relative order of tensors is preserved.
+std::vector<Response> plan_fusion(const std::vector<Response>& responses, const FusionOptions& opt);
+
+/// Bytes of all tensors of a response.
+int64_t response_bytes(const Response& r);
+
+}  // namespace hvd::core

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// Handles: the user's side of an asynchronous collective.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "hvd/core/status.h"
+#include "hvd/core/types.h"
+
+namespace hvd {
+namespace core {
+
+/// Shared between the user (waiting) and the background thread (completing).
+struct HandleState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<bool> done{false};
+  Status status;
+  /// Outputs whose size negotiation decides (allgather, alltoall): shape and the buffer hvd
+  /// allocated when the caller gave no allocator.
+  std::vector<int64_t> output_shape;
+  std::vector<uint8_t> owned_output;
+  TensorView output;
+  std::vector<int64_t> received_splits;  ///< alltoall
+  std::function<void(const Status&)> callback;
+
+  /// Completes once; later calls are ignored.
+  void complete(Status s);
+};
+
+}  // namespace core
+
+/// An asynchronous collective in flight. Copyable; all copies see the same completion.
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(std::shared_ptr<core::HandleState> s) : s_(std::move(s)) {}
+  bool valid() const { return s_ != nullptr; }
+  /// True once the collective finished (successfully or not). Never blocks.
+  bool poll() const;
+  /// Blocks until finished and returns the status (does not throw).
+  Status wait_status() const;
+  /// Blocks until finished; throws hvd::Error if it failed.
+  void wait() const;
+  /// Output of a collective whose size negotiation decided (allgather, alltoall).
+  const TensorView& output() const;
+  const std::vector<int64_t>& received_splits() const;
+  core::HandleState* state() const { return s_.get(); }
+
+ private:
+  std::shared_ptr<core::HandleState> s_;
+};
+
+}  // namespace hvd

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// Requests (what a rank wants) and responses (what every rank will run), and their wire format.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hvd/core/status.h"
+#include "hvd/core/types.h"
+
+namespace hvd::core {
+
+/// Collective kinds. Numbering is part of the wire format: append only.
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kBroadcast,
+  kBarrier,
+  kAllgather,
+  kAlltoall,
+  kReducescatter,
+  kJoin,
+};
+const char* op_name(OpType op);
+
+/// One rank's wish to run a collective on a named tensor.
+struct Request {
+  int32_t rank = 0;                 ///< rank within the process set
+  OpType op = OpType::kAllreduce;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root = 0;                 ///< broadcast root
+  double prescale = 1.0;
+  double postscale = 1.0;
+  Device device;
+  int32_t process_set = 0;
+  std::string group;                ///< non-empty for grouped ops: shared key of the group
+  int32_t group_size = 0;           ///< number of members of `group`
+  std::vector<int64_t> splits;      ///< alltoall: rows sent to each rank
+
+  /// True when two requests describe the same collective (everything but `rank`).
+  bool same_params(const Request& o) const;
+};
+
+/// What every rank of a process set executes, in order. An error response fails the named
+/// tensors' handles on every rank with `error`.
+struct Response {
+  OpType op = OpType::kAllreduce;
+  std::vector<std::string> names;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  Device device;
+  int32_t process_set = 0;
+  std::vector<int64_t> numels;      ///< elements of each named tensor (on this rank's side)
+  std::vector<int64_t> rank_rows;   ///< allgather: first dimension of each rank, per name
+  std::string error;                ///< non-empty: this is an error response
+  bool is_error() const { return !error.empty(); }
+};
+
+/// One round's message from a rank to the coordinator.
+struct RequestList {
+  std::vector<Request> requests;
+  bool shutdown = false;
+};
+
+/// The coordinator's answer for one round.
+struct ResponseList {
+  std::vector<Response> responses;
+  std::vector<int32_t> shutdown_ranks;  ///< ranks that asked to shut down (empty: none)
+};
+
+std::vector<uint8_t> serialize(const RequestList& l);
+std::vector<uint8_t> serialize(const ResponseList& l);
+Result<RequestList> parse_request_list(const uint8_t* data, size_t size);
+Result<ResponseList> parse_response_list(const uint8_t* data, size_t size);
+
+}  // namespace hvd::core

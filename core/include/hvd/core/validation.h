@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// Validation: turns the requests of every rank for one name into a response or an error
+// that names the tensor, the ranks on each side and both values. Pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hvd/core/message.h"
+
+namespace hvd::core {
+
+/// Checks a single request before it leaves the rank (root range, null data is checked by the
+/// caller, scale factors finite, dtype allowed for the op). `set_size` is the process set size.
+Status validate_local(const Request& r, int set_size);
+
+/// `per_rank[i]` is rank i's request for the same name. Returns an op response with the agreed
+/// parameters, or an error response naming the first disagreement.
+Response build_response(const std::vector<Request>& per_rank);
+
+/// "0-2,5" for {0,1,2,5}.
+std::string rank_ranges(std::vector<int> ranks);
+
+}  // namespace hvd::core

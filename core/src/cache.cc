@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// Response cache: LRU map from name to bit position and negotiated parameters.
+#include "hvd/core/cache.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace hvd::core {
+
+ResponseCache::ResponseCache(int64_t capacity) : capacity_(capacity < 0 ? 0 : capacity) {
+  entries_.resize(static_cast<size_t>(capacity_));
+  free_bits_.reserve(static_cast<size_t>(capacity_));
+  for (int64_t b = capacity_ - 1; b >= 0; --b) free_bits_.push_back(static_cast<uint32_t>(b));
+}
+
+ResponseCache::Lookup ResponseCache::lookup(const Request& r, uint32_t* bit) const {
+  auto it = by_name_.find(r.name);
+  if (it == by_name_.end()) return Lookup::kMiss;
+  *bit = it->second;
+  Request probe = r;
+  probe.rank = entries_[it->second].params.rank;
+  return entries_[it->second].params.same_params(probe) ? Lookup::kHit : Lookup::kMismatch;
+}
+
+std::optional<uint32_t> ResponseCache::put(const Request& params) {
+  if (capacity_ == 0) return std::nullopt;
+  auto it = by_name_.find(params.name);
+  if (it != by_name_.end()) {  // re-negotiated with new parameters: replace in place
+    entries_[it->second].params = params;
+    touch(it->second);
+    return std::nullopt;
+  }
+  std::optional<uint32_t> evicted;
+  if (free_bits_.empty()) {
+    evicted = lru_.back();
+    erase(*evicted);
+  }
+  uint32_t bit = free_bits_.back();
+  free_bits_.pop_back();
+  Entry& e = entries_[bit];
+  e.params = params;
+  e.used = true;
+  lru_.push_front(bit);
+  e.lru_pos = lru_.begin();
+  by_name_[params.name] = bit;
+  return evicted;
+}
+
+void ResponseCache::touch(uint32_t bit) {
+  Entry& e = entries_.at(bit);
+  if (!e.used) return;
+  lru_.splice(lru_.begin(), lru_, e.lru_pos);
+}
+
+void ResponseCache::erase(uint32_t bit) {
+  Entry& e = entries_.at(bit);
+  if (!e.used) return;
+  by_name_.erase(e.params.name);
+  lru_.erase(e.lru_pos);
+  e.used = false;
+  e.params = Request{};
+  // Keep free bits sorted descending so the lowest free bit is reused first on every rank.
+  auto pos = std::lower_bound(free_bits_.begin(), free_bits_.end(), bit, std::greater<>());
+  free_bits_.insert(pos, bit);
+}
+
+bool ResponseCache::contains(uint32_t bit) const {
+  return bit < entries_.size() && entries_[bit].used;
+}
+
+const Request& ResponseCache::at(uint32_t bit) const {
+  if (!contains(bit)) throw std::out_of_range("hvd: response cache bit not in use");
+  return entries_[bit].params;
+}
+
+}  // namespace hvd::core

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+// Negotiation rounds: cache fast path, coordinator full path (protocol in controller.h).
+#include "hvd/core/controller.h"
+
+#include <algorithm>
+
+#include "hvd/core/validation.h"
+
+namespace hvd::core {
+namespace {
+
+constexpr uint64_t kFlagUncached = 1;
+constexpr uint64_t kFlagShutdown = 2;
+
+Response response_from_cache(const Request& p) {
+  Response r;
+  r.op = p.op;
+  r.names = {p.name};
+  r.dtype = p.dtype;
+  r.reduce_op = p.reduce_op;
+  r.root = p.root;
+  r.prescale = p.prescale;
+  r.postscale = p.postscale;
+  r.device = p.device;
+  r.process_set = p.process_set;
+  r.numels = {shape_numel(p.shape)};
+  return r;
+}
+
+bool cacheable(const Request& r) {
+  return r.group.empty() && (r.op == OpType::kAllreduce || r.op == OpType::kBroadcast);
+}
+
+}  // namespace
+
+Controller::Controller(Transport* transport, int64_t cache_capacity)
+    : transport_(transport), cache_(cache_capacity), cache_enabled_(cache_capacity > 0) {}
+
+void Controller::submit(const Request& r) {
+  if (cache_enabled_ && cacheable(r)) {
+    uint32_t bit = 0;
+    switch (cache_.lookup(r, &bit)) {
+      case ResponseCache::Lookup::kHit:
+        pending_bits_[bit] = r;
+        return;
+      case ResponseCache::Lookup::kMismatch:
+        invalid_bits_.insert(bit);
+        break;
+      case ResponseCache::Lookup::kMiss:
+        break;
+    }
+  }
+  uncached_.push_back(r);
+}
+
+Status Controller::run_round(bool want_shutdown, RoundResult* out) {
+  const size_t nw = cache_enabled_ ? cache_.num_words() : 0;
+  // Layout: [inverted flags][ready bits x nw][inverted invalid bits x nw].
+  std::vector<uint64_t> words(1 + 2 * nw, 0);
+  uint64_t flags = 0;
+  if (!uncached_.empty()) flags |= kFlagUncached;
+  if (want_shutdown) flags |= kFlagShutdown;
+  words[0] = ~flags;
+  for (const auto& kv : pending_bits_) words[1 + kv.first / 64] |= 1ULL << (kv.first % 64);
+  for (size_t i = 0; i < nw; ++i) words[1 + nw + i] = ~0ULL;
+  for (uint32_t b : invalid_bits_) words[1 + nw + b / 64] &= ~(1ULL << (b % 64));
+  invalid_bits_.clear();
+
+  HVD_RETURN_IF_ERROR(transport_->allreduce_and(&words));
+  const uint64_t any_flags = ~words[0];
+
+  // Entries some rank contradicted: evicted everywhere, their pending requests re-sent.
+  for (size_t w = 0; w < nw; ++w) {
+    uint64_t inv = ~words[1 + nw + w];
+    while (inv) {
+      uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(inv));
+      inv &= inv - 1;
+      cache_.erase(b);
+      auto it = pending_bits_.find(b);
+      if (it != pending_bits_.end()) {
+        uncached_.push_back(it->second);
+        pending_bits_.erase(it);
+      }
+    }
+  }
+  // Ready everywhere through the cache.
+  for (size_t w = 0; w < nw; ++w) {
+    uint64_t ready = words[1 + w] & words[1 + nw + w];
+    while (ready) {
+      uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(ready));
+      ready &= ready - 1;
+      out->responses.push_back(response_from_cache(cache_.at(b)));
+      cache_.touch(b);
+      pending_bits_.erase(b);
+    }
+  }
+
+  out->full_round = (any_flags & (kFlagUncached | kFlagShutdown)) != 0;
+  if (!out->full_round) return Status::OK();
+
+  RequestList mine;
+  mine.shutdown = want_shutdown;
+  mine.requests = std::move(uncached_);
+  uncached_.clear();
+  for (const auto& r : mine.requests) {
+    sent_[r.name] = r;
+    ++waiting_;
+  }
+  std::vector<std::vector<uint8_t>> all;
+  HVD_RETURN_IF_ERROR(transport_->gather(serialize(mine), &all));
+  std::vector<uint8_t> bytes;
+  if (rank() == 0) {
+    ResponseList rl;
+    for (int i = 0; i < static_cast<int>(all.size()); ++i) {
+      auto parsed = parse_request_list(all[i].data(), all[i].size());
+      if (!parsed.ok()) return internal_error("from rank " + std::to_string(i) + ": " + parsed.status().message());
+      if (parsed.value().shutdown) rl.shutdown_ranks.push_back(i);
+      for (auto& r : parsed.value().requests) {
+        r.rank = i;
+        coordinator_add(r, &rl.responses);
+      }
+    }
+    bytes = serialize(rl);
+  }
+  HVD_RETURN_IF_ERROR(transport_->broadcast(&bytes));
+  auto rl = parse_response_list(bytes.data(), bytes.size());
+  if (!rl.ok()) return rl.status();
+  out->shutdown_ranks = rl.value().shutdown_ranks;
+  out->shutdown = !out->shutdown_ranks.empty();
+  cache_new_responses(rl.value().responses);
+  for (auto& r : rl.value().responses) out->responses.push_back(std::move(r));
+  return Status::OK();
+}
+
+void Controller::cache_new_responses(const std::vector<Response>& responses) {
+  for (const auto& resp : responses) {
+    for (const auto& name : resp.names) {
+      auto it = sent_.find(name);
+      if (it == sent_.end()) continue;
+      if (cache_enabled_ && !resp.is_error() && cacheable(it->second)) {
+        if (auto evicted = cache_.put(it->second)) {
+          auto p = pending_bits_.find(*evicted);
+          if (p != pending_bits_.end()) {
+            uncached_.push_back(p->second);
+            pending_bits_.erase(p);
+          }
+        }
+      }
+      sent_.erase(it);
+      --waiting_;
+    }
+  }
+}
+
+void Controller::coordinator_add(const Request& r, std::vector<Response>* ready) {
+  Pending& p = table_[r.name];
+  if (p.per_rank.empty()) {
+    p.per_rank.resize(static_cast<size_t>(size()));
+    p.arrival = arrivals_++;
+    p.since = std::chrono::steady_clock::now();
+  }
+  if (r.rank < 0 || r.rank >= size() || p.per_rank[static_cast<size_t>(r.rank)]) return;
+  p.per_rank[static_cast<size_t>(r.rank)] = r;
+  if (++p.count < size()) return;
+
+  std::vector<Request> reqs;
+  reqs.reserve(p.per_rank.size());
+  for (auto& q : p.per_rank) reqs.push_back(std::move(*q));
+  table_.erase(r.name);
+  Response resp = build_response(reqs);
+  if (r.group.empty()) {
+    ready->push_back(std::move(resp));
+    return;
+  }
+  // Grouped: members run together once all are ready; one failing member fails the group.
+  auto& g = groups_[r.group];
+  ++g.done;
+  if (resp.is_error() && !g.failed) {
+    g.failed = true;
+    g.reason = resp.error;
+    ready->push_back(resp);
+    for (auto& m : g.members) {
+      m.error = "grouped op '" + r.group + "' failed: " + g.reason;
+      ready->push_back(std::move(m));
+    }
+    g.members.clear();
+  } else if (g.failed) {
+    resp.error = "grouped op '" + r.group + "' failed: " + g.reason;
+    ready->push_back(std::move(resp));
+  } else {
+    g.members.push_back(std::move(resp));
+    if (static_cast<int>(g.members.size()) == r.group_size) {
+      for (auto& m : g.members) ready->push_back(std::move(m));
+      g.members.clear();
+    }
+  }
+  if (g.done >= r.group_size) groups_.erase(r.group);
+}
+
+std::map<std::string, std::vector<int>> Controller::stalled(double older_than_s) const {
+  std::map<std::string, std::vector<int>> out;
+  auto now = std::chrono::steady_clock::now();
+  for (const auto& [name, p] : table_) {
+    if (std::chrono::duration<double>(now - p.since).count() < older_than_s) continue;
+    std::vector<int> missing;
+    for (size_t i = 0; i < p.per_rank.size(); ++i) {
+      if (!p.per_rank[i]) missing.push_back(static_cast<int>(i));
+    }
+    out[name] = missing;
+  }
+  return out;
+}
+
+}  // namespace hvd::core

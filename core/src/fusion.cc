@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fusion planning (pure).
+#include "hvd/core/fusion.h"
+
+namespace hvd::core {
+
+int64_t response_bytes(const Response& r) {
+  int64_t n = 0;
+  for (int64_t x : r.numels) n += x;
+  return n * static_cast<int64_t>(dtype_size(r.dtype));
+}
+
+namespace {
+
+bool fusable(const Response& r, const FusionOptions& opt) {
+  return !r.is_error() && r.op == OpType::kAllreduce && r.names.size() == 1 &&
+         response_bytes(r) < opt.direct_bytes && response_bytes(r) <= opt.threshold_bytes;
+}
+
+bool same_key(const Response& a, const Response& b) {
+  return a.dtype == b.dtype && a.device == b.device && a.reduce_op == b.reduce_op &&
+         a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.process_set == b.process_set;
+}
+
+}  // namespace
+
+std::vector<Response> plan_fusion(const std::vector<Response>& responses,
+                                  const FusionOptions& opt) {
+  std::vector<Response> out;
+  out.reserve(responses.size());
+  bool open = false;  // out.back() is a fused batch that may still grow
+  int64_t open_bytes = 0;
+  for (const Response& r : responses) {
+    if (opt.threshold_bytes <= 0 || !fusable(r, opt)) {
+      out.push_back(r);
+      open = false;
+      continue;
+    }
+    int64_t b = response_bytes(r);
+    if (open && same_key(out.back(), r) && open_bytes + b <= opt.threshold_bytes) {
+      out.back().names.push_back(r.names[0]);
+      out.back().numels.push_back(r.numels[0]);
+      open_bytes += b;
+    } else {
+      out.push_back(r);
+      open = true;
+      open_bytes = b;
+    }
+  }
+  return out;
+}
+
+}  // namespace hvd::core

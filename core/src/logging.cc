@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// Logging sink.
+#include "hvd/core/logging.h"
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+
+namespace hvd::core {
+namespace {
+std::atomic<int> g_level{static_cast<int>(LogLevel::kWarning)};
+std::mutex g_mu;
+std::string g_prefix = "[hvd]";  // guarded by g_mu
+const char* kNames[] = {"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"};
+}  // namespace
+
+void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
+LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
+void set_log_prefix(const std::string& prefix) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_prefix = prefix;
+}
+
+LogLine::~LogLine() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  std::fprintf(stderr, "%s %s: %s\n", g_prefix.c_str(), kNames[static_cast<int>(level_)],
+               os_.str().c_str());
+}
+
+}  // namespace hvd::core

@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: Apache-2.0
+// The free-function API: the one place that wires MPI transport and executors into a Runtime.
+#include <mpi.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <unistd.h>
+
+#include "hvd/core/logging.h"
+#include "hvd/core/runtime.h"
+#include "hvd/core/validation.h"
+#include "hvd/hvd.h"
+#include "hvd/ops/device.h"
+#include "hvd/ops/mpi_executor.h"
+#include "hvd/ops/mpi_transport.h"
+#include "hvd/ops/mpi_util.h"
+#include "hvd/ops/peer_monitor.h"
+
+namespace hvd {
+namespace {
+
+using core::OpType;
+
+struct Global {
+  std::mutex mu;
+  std::unique_ptr<core::Runtime> runtime;
+  std::unique_ptr<ops::PeerMonitor> monitor;
+  bool ever_initialized = false;
+  bool we_initialized_mpi = false;
+  bool atexit_registered = false;
+  MPI_Comm negotiation = MPI_COMM_NULL, data = MPI_COMM_NULL;
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+  bool threads_multiple = false;
+  std::atomic<uint64_t> counters[8] = {};
+};
+
+Global& g() {
+  static Global* inst = new Global();  // never destroyed: outlives every static user
+  return *inst;
+}
+
+core::Runtime& runtime(const char* fn) {
+  Global& s = g();
+  if (!s.runtime) {
+    throw Error(precondition(std::string("hvd::") + fn + "() called " +
+                             (s.ever_initialized ? "after hvd::shutdown()" : "before hvd::init()") +
+                             "; call hvd::init() first"));
+  }
+  return *s.runtime;
+}
+
+void free_comms(Global& s) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (s.negotiation != MPI_COMM_NULL) MPI_Comm_free(&s.negotiation);
+  if (s.data != MPI_COMM_NULL) MPI_Comm_free(&s.data);
+}
+
+void shutdown_locked(Global& s) {
+  if (!s.runtime) return;
+  s.runtime->shutdown();
+  bool healthy = !s.monitor || s.monitor->failure().ok();
+  if (s.monitor) s.monitor->stop();
+  s.monitor.reset();
+  s.runtime.reset();
+  if (healthy) free_comms(s);
+  s.negotiation = s.data = MPI_COMM_NULL;
+}
+
+void at_exit() {
+  Global& s = g();
+  std::lock_guard<std::mutex> lk(s.mu);
+  bool healthy = !s.monitor || s.monitor->failure().ok();
+  shutdown_locked(s);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (s.we_initialized_mpi && !finalized && healthy) MPI_Finalize();
+}
+
+Status init_locked(Global& s) {
+  std::vector<std::string> unknown;
+  auto cfg = core::Config::from_process_env(&unknown);
+  if (!cfg.ok()) return cfg.status();
+  core::set_log_level(cfg.value().log_level);
+
+  int inited = 0;
+  MPI_Initialized(&inited);
+  int provided = MPI_THREAD_SINGLE;
+  if (!inited) {
+    HVD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+    s.we_initialized_mpi = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    HVD_LOG(Warning) << "MPI was initialised with thread level " << provided
+                     << "; hvd's background thread needs MPI_THREAD_SERIALIZED or higher";
+  }
+  if (!s.atexit_registered) {
+    std::atexit(at_exit);
+    s.atexit_registered = true;
+  }
+  s.threads_multiple = provided == MPI_THREAD_MULTIPLE;
+  HVD_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &s.negotiation));
+  HVD_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &s.data));
+  MPI_Comm_set_errhandler(s.negotiation, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(s.data, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &s.size);
+  MPI_Comm local, cross;
+  HVD_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &local));
+  MPI_Comm_rank(local, &s.local_rank);
+  MPI_Comm_size(local, &s.local_size);
+  HVD_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, s.local_rank, s.rank, &cross));
+  MPI_Comm_rank(cross, &s.cross_rank);
+  MPI_Comm_size(cross, &s.cross_size);
+  MPI_Comm_free(&local);
+  MPI_Comm_free(&cross);
+
+  std::string host = cfg.value().hostname;
+  if (host.empty()) {
+    char buf[256] = {0};
+    gethostname(buf, sizeof(buf) - 1);
+    host = buf;
+  }
+  core::set_log_prefix("[hvd " + std::to_string(s.rank) + "@" + host + "]");
+  if (s.rank == 0) {
+    for (const auto& u : unknown) HVD_LOG(Warning) << "unknown variable " << u << " ignored";
+    HVD_LOG(Debug) << "configuration:\n" << cfg.value().dump();
+  }
+
+  if (cfg.value().peer_monitor && s.size > 1) {
+    s.monitor = std::make_unique<ops::PeerMonitor>();
+    HVD_RETURN_IF_ERROR(s.monitor->start(s.negotiation, host));
+  }
+  ops::PeerMonitor* mon = s.monitor.get();
+  auto should_abort = [mon]() { return mon ? mon->failure() : Status::OK(); };
+  core::RuntimeParts parts;
+  parts.transport = std::make_unique<ops::MpiTransport>(s.negotiation, should_abort);
+  parts.host_executor = std::make_unique<ops::MpiExecutor>(s.data);
+  ops::add_device_executor(&parts);
+  s.runtime = std::make_unique<core::Runtime>(cfg.value(), std::move(parts));
+  if (mon) {
+    core::Runtime* rt = s.runtime.get();
+    mon->on_failure([rt](const Status& st) { rt->abort(st); });
+  }
+  for (auto& c : s.counters) c = 0;
+  s.runtime->start();
+  s.ever_initialized = true;
+  return Status::OK();
+}
+
+std::string auto_name(OpType op, const std::string& name) {
+  if (!name.empty()) return name;
+  uint64_t n = g().counters[static_cast<int>(op)]++;
+  return std::string(core::op_name(op)) + ".noname." + std::to_string(n);
+}
+
+Status check_view(const core::Request& r, const TensorView& t, const char* role) {
+  if (t.data == nullptr && t.numel() > 0) {
+    return invalid_argument(std::string(core::op_name(r.op)) + " '" + r.name + "': " + role +
+                            " data is null but shape " + shape_str(t.shape) + " has " +
+                            std::to_string(t.numel()) + " elements");
+  }
+  return Status::OK();
+}
+
+core::Request make_request(OpType op, const std::string& name, const TensorView& t) {
+  core::Request r;
+  r.op = op;
+  r.name = name;
+  r.dtype = t.dtype;
+  r.shape = t.shape;
+  r.device = t.device;
+  r.rank = g().rank;
+  return r;
+}
+
+Handle submit(core::Runtime& rt, core::TensorEntry e) {
+  throw_if_error(core::validate_local(e.request, rt.size()));
+  throw_if_error(check_view(e.request, e.input, "input"));
+  throw_if_error(check_view(e.request, e.output, "output"));
+  Handle h = rt.enqueue(std::move(e));
+  if (h.poll()) {
+    Status s = h.wait_status();
+    if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kPrecondition) {
+      throw Error(s);
+    }
+  }
+  return h;
+}
+
+core::TensorEntry allreduce_entry(const TensorView& in, const TensorView& out,
+                                  const std::string& name, ReduceOp op, double pre, double post) {
+  core::TensorEntry e;
+  e.request = make_request(OpType::kAllreduce, name, in);
+  e.request.reduce_op = op;
+  e.request.prescale = pre;
+  e.request.postscale = post;
+  e.input = in;
+  e.output = out;
+  return e;
+}
+
+}  // namespace
+
+void init() {
+  Global& s = g();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.runtime) return;
+  Status st = init_locked(s);
+  if (!st.ok()) {
+    free_comms(s);
+    s.runtime.reset();
+    throw Error(Status(st.code(), "hvd::init() failed: " + st.message()));
+  }
+}
+
+void shutdown() {
+  Global& s = g();
+  std::lock_guard<std::mutex> lk(s.mu);
+  shutdown_locked(s);
+}
+
+bool is_initialized() { return g().runtime != nullptr; }
+
+int rank() { runtime("rank"); return g().rank; }
+int size() { runtime("size"); return g().size; }
+int local_rank() { runtime("local_rank"); return g().local_rank; }
+int local_size() { runtime("local_size"); return g().local_size; }
+int cross_rank() { runtime("cross_rank"); return g().cross_rank; }
+int cross_size() { runtime("cross_size"); return g().cross_size; }
+bool mpi_threads_supported() { runtime("mpi_threads_supported"); return g().threads_multiple; }
+
+bool mpi_built() { return true; }
+bool nccl_built() { return HVD_HAVE_NCCL != 0; }
+bool cuda_built() { return HVD_HAVE_NCCL != 0; }
+bool torch_built() { return HVD_HAVE_TORCH != 0; }
+
+Handle allreduce_async(const TensorView& tensor, const std::string& name, ReduceOp op,
+                       double prescale_factor, double postscale_factor) {
+  return allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor);
+}
+
+Handle allreduce_async(const TensorView& input, const TensorView& output, const std::string& name,
+                       ReduceOp op, double prescale_factor, double postscale_factor) {
+  core::Runtime& rt = runtime("allreduce_async");
+  std::string n = auto_name(OpType::kAllreduce, name);
+  if (output.dtype != input.dtype || output.numel() != input.numel()) {
+    throw Error(invalid_argument("allreduce '" + n + "': output " + dtype_name(output.dtype) +
+                                 shape_str(output.shape) + " does not match input " +
+                                 dtype_name(input.dtype) + shape_str(input.shape)));
+  }
+  return submit(rt, allreduce_entry(input, output, n, op, prescale_factor, postscale_factor));
+}
+
+Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std::string& name,
+                               ReduceOp op, double prescale_factor, double postscale_factor) {
+  core::Runtime& rt = runtime("grouped_allreduce_async");
+  std::string group = auto_name(OpType::kAllreduce, name.empty() ? "" : name);
+  if (name.empty()) group = "group." + group;
+  std::vector<core::TensorEntry> entries;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto e = allreduce_entry(tensors[i], tensors[i], group + "/" + std::to_string(i), op,
+                             prescale_factor, postscale_factor);
+    e.request.group = group;
+    e.request.group_size = static_cast<int32_t>(tensors.size());
+    throw_if_error(core::validate_local(e.request, rt.size()));
+    throw_if_error(check_view(e.request, e.input, "input"));
+    entries.push_back(std::move(e));
+  }
+  auto all = std::make_shared<core::HandleState>();
+  if (entries.empty()) {
+    all->complete(Status::OK());
+    return Handle(all);
+  }
+  struct Join {
+    std::mutex mu;
+    size_t left;
+    Status first_error;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = entries.size();
+  for (auto& e : entries) {
+    e.handle = std::make_shared<core::HandleState>();
+    e.handle->callback = [join, all](const Status& st) {
+      std::lock_guard<std::mutex> lk(join->mu);
+      if (!st.ok() && join->first_error.ok()) join->first_error = st;
+      if (--join->left == 0) all->complete(join->first_error);
+    };
+    rt.enqueue(std::move(e));
+  }
+  return Handle(all);
+}
+
+Handle broadcast_async(const TensorView& tensor, int root_rank, const std::string& name) {
+  core::Runtime& rt = runtime("broadcast_async");
+  core::TensorEntry e;
+  e.request = make_request(OpType::kBroadcast, auto_name(OpType::kBroadcast, name), tensor);
+  e.request.root = root_rank;
+  e.input = tensor;
+  e.output = tensor;
+  return submit(rt, std::move(e));
+}
+
+void allreduce(const TensorView& tensor, const std::string& name, ReduceOp op,
+               double prescale_factor, double postscale_factor) {
+  allreduce_async(tensor, name, op, prescale_factor, postscale_factor).wait();
+}
+
+void grouped_allreduce(const std::vector<TensorView>& tensors, const std::string& name,
+                       ReduceOp op, double prescale_factor, double postscale_factor) {
+  grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor).wait();
+}
+
+void broadcast(const TensorView& tensor, int root_rank, const std::string& name) {
+  broadcast_async(tensor, root_rank, name).wait();
+}
+
+void barrier() {
+  core::Runtime& rt = runtime("barrier");
+  core::TensorEntry e;
+  e.request = make_request(OpType::kBarrier, auto_name(OpType::kBarrier, ""),
+                           TensorView(nullptr, DataType::kUInt8, {0}));
+  e.request.dtype = DataType::kUInt8;
+  submit(rt, std::move(e)).wait();
+}
+
+bool poll(const Handle& h) { return h.poll(); }
+void wait(const Handle& h) { h.wait(); }
+void synchronize(const Handle& h) { h.wait(); }
+
+}  // namespace hvd

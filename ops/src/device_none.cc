@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device wiring for builds without NCCL.
+#include "hvd/ops/device.h"
+
+namespace hvd::ops {
+
+void add_device_executor(core::RuntimeParts* parts) {
+  parts->device_executor.reset();
+  parts->no_device_reason =
+      "this build of hvd has no GPU support (built with HVD_WITH_NCCL=OFF or NCCL not found)";
+}
+
+}  // namespace hvd::ops

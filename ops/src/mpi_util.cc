@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+// MPI helpers.
+#include "hvd/ops/mpi_util.h"
+
+#include <chrono>
+#include <thread>
+
+namespace hvd::ops {
+
+Status mpi_error(int code, const char* call, const char* file, int line) {
+  char msg[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  MPI_Error_string(code, msg, &len);
+  std::string c(call);
+  c = c.substr(0, c.find('('));
+  return internal_error(c + " failed: " + std::string(msg, static_cast<size_t>(len)) + " (at " +
+                        file + ":" + std::to_string(line) + ")");
+}
+
+MPI_Datatype mpi_type(DataType t) {
+  switch (t) {
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kInt16: return MPI_INT16_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat16: return MPI_UINT16_T;
+    case DataType::kBFloat16: return MPI_UINT16_T;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBool: return MPI_C_BOOL;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: case ReduceOp::kAverage: return MPI_SUM;
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kProduct: return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+Status wait_request(MPI_Request* req, const std::function<Status()>& should_abort,
+                    int max_sleep_us) {
+  using clock = std::chrono::steady_clock;
+  const auto spin_until = clock::now() + std::chrono::microseconds(20);
+  int sleep_us = 10;
+  for (int i = 0;; ++i) {
+    int flag = 0;
+    HVD_MPI_CHECK(MPI_Test(req, &flag, MPI_STATUS_IGNORE));
+    if (flag) return Status::OK();
+    if ((i & 15) == 0 && should_abort) {
+      Status s = should_abort();
+      if (!s.ok()) return s;  // the request is abandoned: its peers are gone
+    }
+    if (clock::now() < spin_until) continue;
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, max_sleep_us);
+  }
+}
+
+}  // namespace hvd::ops

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// dtype tables and 16-bit float conversions.
+#include <catch2/catch.hpp>
+
+#include "hvd/core/types.h"
+
+using namespace hvd;
+
+TEST_CASE("float16 round trips small integers and rounds to nearest even", "[unit]") {
+  for (int i = -2048; i <= 2048; ++i) {
+    REQUIRE(half_to_float(float_to_half(static_cast<float>(i))) == static_cast<float>(i));
+  }
+  REQUIRE(float_to_half(1.0f) == 0x3c00);
+  REQUIRE(float_to_half(65504.0f) == 0x7bff);
+  REQUIRE(float_to_half(1e6f) == 0x7c00);                 // overflow to inf
+  REQUIRE(half_to_float(0x0001) == Approx(5.9604645e-8f)); // smallest subnormal
+  REQUIRE(float_to_half(5.9604645e-8f) == 0x0001);
+  REQUIRE(float_to_half(2049.0f) == float_to_half(2048.0f));  // tie rounds to even
+}
+
+TEST_CASE("bfloat16 round trips integers up to 256", "[unit]") {
+  for (int i = -256; i <= 256; ++i) {
+    REQUIRE(bf16_to_float(float_to_bf16(static_cast<float>(i))) == static_cast<float>(i));
+  }
+  REQUIRE(float_to_bf16(1.0f) == 0x3f80);
+}
+
+TEST_CASE("dtype sizes and names", "[unit]") {
+  REQUIRE(dtype_size(DataType::kBFloat16) == 2);
+  REQUIRE(dtype_size(DataType::kFloat64) == 8);
+  REQUIRE(std::string(dtype_name(DataType::kInt16)) == "int16");
+  REQUIRE(shape_str({64, 32}) == "[64, 32]");
+  REQUIRE(TensorView(nullptr, DataType::kFloat32, {3, 4}).bytes() == 48);
+}
