@@ -17,8 +17,10 @@ bool fusable(const Response& r, const FusionOptions& opt) {
          response_bytes(r) < opt.direct_bytes && response_bytes(r) <= opt.threshold_bytes;
 }
 
+// Only what every rank agrees on may decide fusion: the device index is per rank (a cached
+// response carries this rank's index, a coordinator response rank 0's), so only its kind counts.
 bool same_key(const Response& a, const Response& b) {
-  return a.dtype == b.dtype && a.device == b.device && a.reduce_op == b.reduce_op &&
+  return a.dtype == b.dtype && a.device.kind == b.device.kind && a.reduce_op == b.reduce_op &&
          a.prescale == b.prescale && a.postscale == b.postscale &&
          a.process_set == b.process_set;
 }

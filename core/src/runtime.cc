@@ -193,6 +193,7 @@ void Runtime::abort(const Status& s) {
         Status(s.code(), std::string(op_name(r.op)) + " '" + r.name + "': " + s.message()));
   }
   cv_.notify_all();
+  exit_cv_.notify_all();  // a shutdown() waiting for the loop stops waiting for good
 }
 
 Status Runtime::stopped_status() const {

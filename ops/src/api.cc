@@ -30,6 +30,7 @@ struct Global {
   bool ever_initialized = false;
   bool we_initialized_mpi = false;
   bool atexit_registered = false;
+  bool peer_died = false;  // MPI_Finalize would wait for the dead rank: skip it
   MPI_Comm negotiation = MPI_COMM_NULL, data = MPI_COMM_NULL;
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   bool threads_multiple = false;
@@ -63,6 +64,7 @@ void shutdown_locked(Global& s) {
   if (!s.runtime) return;
   s.runtime->shutdown();
   bool healthy = !s.monitor || s.monitor->failure().ok();
+  if (!healthy) s.peer_died = true;
   if (s.monitor) s.monitor->stop();
   s.monitor.reset();
   s.runtime.reset();
@@ -73,11 +75,10 @@ void shutdown_locked(Global& s) {
 void at_exit() {
   Global& s = g();
   std::lock_guard<std::mutex> lk(s.mu);
-  bool healthy = !s.monitor || s.monitor->failure().ok();
   shutdown_locked(s);
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (s.we_initialized_mpi && !finalized && healthy) MPI_Finalize();
+  if (s.we_initialized_mpi && !finalized && !s.peer_died) MPI_Finalize();
 }
 
 Status init_locked(Global& s) {
@@ -323,9 +324,9 @@ void broadcast(const TensorView& tensor, int root_rank, const std::string& name)
 void barrier() {
   core::Runtime& rt = runtime("barrier");
   core::TensorEntry e;
-  e.request = make_request(OpType::kBarrier, auto_name(OpType::kBarrier, ""),
-                           TensorView(nullptr, DataType::kUInt8, {0}));
-  e.request.dtype = DataType::kUInt8;
+  TensorView none(nullptr, DataType::kUInt8, {0});
+  e.request = make_request(OpType::kBarrier, auto_name(OpType::kBarrier, ""), none);
+  e.input = e.output = none;
   submit(rt, std::move(e)).wait();
 }
 

@@ -14,10 +14,12 @@ struct FusionOptions {
   int64_t direct_bytes = 1LL << 20;      ///< tensors this big run alone, in place
 };
 
-/// Merges runs of consecutive allreduce responses whose dtype, device, reduce op, scale factors
-/// and process set agree, while the fused size stays within the threshold. Tensors of at least
-/// `direct_bytes` are never fused. Error and non-allreduce responses pass through unchanged, as
-/// do grouped responses (already one response). The relative order of tensors is preserved.
+/// Merges runs of consecutive allreduce responses whose dtype, device kind, reduce op, scale
+/// factors and process set agree, while the fused size stays within the threshold. The device
+/// index is ignored: it differs between ranks and the plan must be the same on every rank.
+/// Tensors of at least `direct_bytes` are never fused. Error and non-allreduce responses pass
+/// through unchanged, as do grouped responses (already one response). The relative order of
+/// tensors is preserved.
 std::vector<Response> plan_fusion(const std::vector<Response>& responses, const FusionOptions& opt);
 
 /// Bytes of all tensors of a response.

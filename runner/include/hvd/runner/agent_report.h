@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+// The report `hvdrun --agent` prints on a remote host, and its parser: pure, no I/O.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hvd/runner/interfaces.h"
+
+namespace hvd::runner {
+
+// What the agent found on its host. Lines look like `HVDAGENT <key> <fields...>` so that
+// anything else a login shell prints is ignored.
+struct AgentReport {
+  std::string hostname;
+  std::vector<Interface> interfaces;
+  std::vector<std::string> reached;    // master addresses connected back to
+  std::vector<std::string> unreached;  // "addr: reason"
+  bool program_found = false;
+  std::string program;  // as checked (resolved path or the name)
+  bool mpirun_found = false;
+  bool orted_found = false;
+  bool complete = false;  // the final `done` line was seen
+};
+
+// Serializes a report (what the agent prints).
+std::string format_agent_report(const AgentReport& report);
+
+// Parses agent output; unknown lines are skipped.
+AgentReport parse_agent_report(const std::string& output);
+
+}  // namespace hvd::runner

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// hvdrun's command line (CLI11): the options and their validation, no I/O.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hvd::runner {
+
+// Everything the user asked for on the command line.
+struct Options {
+  int np = 0;                                   // -np; 0 = not given
+  std::string hosts;                            // -H
+  std::string hostfile;                         // --hostfile
+  int ssh_port = 0;                             // -p; 0 = ssh's default (22 or ssh_config)
+  std::string ssh_identity;                     // -i
+  std::vector<std::string> network_interfaces;  // --network-interface (names or CIDRs)
+  std::vector<std::string> env;                 // -x VAR or -x VAR=value
+  double start_timeout_s = 30;                  // --start-timeout
+  double grace_period_s = 5;                    // --grace-period: TERM -> KILL
+  std::string output_dir;                       // --output-filename
+  std::string timeline;                         // --timeline-filename
+  std::optional<double> fusion_threshold_mb;
+  std::optional<double> cycle_time_ms;
+  std::optional<long> cache_capacity;
+  std::string log_level;
+  bool verbose = false;
+  bool dry_run = false;
+  bool check_build = false;
+  std::vector<std::string> command;  // program and its arguments
+};
+
+// Result of parsing: either options to run, or text to print (--help) and exit 0.
+struct ParsedCommandLine {
+  Options options;
+  bool help = false;
+  std::string help_text;
+};
+
+// Parses argv[1..] (without the program name). `-np` is accepted as the traditional spelling
+// of `--np`. Options end at the first positional (the program); everything after it belongs to
+// the program. Throws UsageError (one line: problem and fix) on any bad input.
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args);
+
+// The full --help text.
+std::string help_text();
+
+}  // namespace hvd::runner

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+// The master's TCP listener for agent connect-backs and rank wrappers (protocol in wire.h).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "hvd/runner/wire.h"
+
+namespace hvd::runner {
+
+// Accepts connections on 0.0.0.0:<ephemeral>, checks the job token, answers agents with OK and
+// keeps wrapper connections open to report their rank's exit and to send TERM/KILL.
+class ControlServer {
+ public:
+  struct Handlers {
+    std::function<void(const Message&)> on_hello;
+    std::function<void(const Message&)> on_exit;
+    // A wrapper connection closed; `exited` says whether it had sent EXIT first.
+    std::function<void(int rank, const std::string& host, bool exited)> on_close;
+  };
+
+  ControlServer(boost::asio::io_context& io, std::string token);
+  ~ControlServer();
+
+  // Binds and starts accepting. Throws boost::system::system_error when it cannot listen.
+  void start();
+  void set_handlers(Handlers h) { handlers_ = std::move(h); }
+  unsigned short port() const { return port_; }
+
+  // Sends TERM or KILL to every connected wrapper.
+  void broadcast(MessageKind kind);
+
+  // Wrapper connections still open.
+  std::size_t open_wrappers() const { return sessions_.size(); }
+
+  // Stops accepting and closes every connection.
+  void stop();
+
+ private:
+  class Session;
+  void accept();
+
+  boost::asio::io_context& io_;
+  std::string token_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  unsigned short port_ = 0;
+  Handlers handlers_;
+  int next_id_ = 0;
+  std::map<int, std::shared_ptr<Session>> sessions_;
+};
+
+}  // namespace hvd::runner

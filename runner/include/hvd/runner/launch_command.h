@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// Builds the exact mpirun command line for a planned job: pure, no I/O.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hvd/runner/env_forward.h"
+#include "hvd/runner/hosts.h"
+
+namespace hvd::runner {
+
+// Everything that decides the mpirun command line.
+struct LaunchSpec {
+  std::string mpirun = "mpirun";
+  int np = 0;
+  std::vector<HostSlots> hosts;  // hosts that get ranks, with the slots they use
+  bool all_local = true;         // every host is this machine: no ssh agent, --oversubscribe
+  bool as_root = false;          // adds --allow-run-as-root
+  int ssh_port = 0;              // 0 = ssh's default
+  std::string ssh_identity;
+  std::vector<std::string> mpi_interfaces;  // oob/btl *_if_include (names or CIDRs)
+  std::vector<EnvVar> env;                  // -x entries
+  std::string output_dir;                   // --output-filename (else --tag-output)
+  std::vector<std::string> wrapper;         // prefix run in front of the program on each rank
+  std::vector<std::string> command;         // program and arguments
+};
+
+// The ssh command Open MPI uses to start its daemons: ssh -o BatchMode=yes [-p P] [-i ID].
+std::string ssh_agent_command(int ssh_port, const std::string& identity);
+
+// mpirun argv (argv[0] is spec.mpirun).
+std::vector<std::string> build_mpirun_command(const LaunchSpec& spec);
+
+// Quotes one word for a POSIX shell (only when needed).
+std::string shell_quote(const std::string& word);
+
+// Words joined with spaces, each shell-quoted: what --dry-run prints.
+std::string shell_join(const std::vector<std::string>& words);
+
+}  // namespace hvd::runner

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+// Small queries about this machine (I/O kept out of the planning code).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hvd/runner/interfaces.h"
+
+namespace hvd::runner {
+
+// gethostname().
+std::string local_hostname();
+
+// IPv4 addresses of the interfaces that are up (getifaddrs), loopback included.
+std::vector<Interface> local_interfaces();
+
+// The running executable's absolute path (/proc/self/exe).
+std::string self_executable();
+
+// Resolves `program` like execvp would: a name containing '/' relative to `cwd`, otherwise
+// through `path` (a PATH value). Returns the path found, or "" when not executable/not found.
+std::string find_program(const std::string& program, const std::string& cwd,
+                         const std::string& path);
+
+// getcwd().
+std::string current_directory();
+
+// A random hex string (job token).
+std::string random_token();
+
+}  // namespace hvd::runner

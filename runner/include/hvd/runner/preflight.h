@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// Preflight: every remote host checked in parallel before anything starts (Boost.Asio).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvd/runner/agent_report.h"
+
+namespace hvd::runner {
+
+struct PreflightConfig {
+  std::vector<std::string> hosts;  // remote hosts only
+  int ssh_port = 0;                // 0 = 22 for the TCP check, ssh's default for ssh
+  std::string ssh_identity;
+  double timeout_s = 30;    // per host, all steps together
+  std::string hvdrun_path;  // this executable; must exist at the same path remotely
+  std::string program;      // the user's program as given
+  std::string cwd;          // master's working directory (ranks start there)
+  std::string path_env;     // master's PATH (forwarded to ranks)
+  std::vector<std::string> master_addresses;  // the agent tries to connect back to these
+  unsigned short listener_port = 0;
+  std::string token;
+};
+
+struct HostResult {
+  std::string host;
+  std::vector<std::string> problems;  // one line each: problem and fix
+  AgentReport report;
+  double seconds = 0;
+};
+
+struct PreflightResult {
+  std::vector<HostResult> hosts;  // in the order given
+  double seconds = 0;
+  bool ok() const;
+  // The per-host state machines; their last handlers may still be queued on the io_context,
+  // so keep the result alive for as long as the io_context runs.
+  std::shared_ptr<void> keep_alive;
+};
+
+// For each host, bounded by timeout_s: resolve; TCP connect to the ssh port; one
+// `ssh -o BatchMode=yes [-p] [-i] host hvdrun --agent ...` that proves key login and host key,
+// checks the program, mpirun and orted, lists interfaces and connects back to the master's
+// listener (which must already be accepting on `listener_port`). Runs `io` until all finish.
+PreflightResult run_preflight(boost::asio::io_context& io, const PreflightConfig& config);
+
+// The report listing every host's problems at once (empty when all passed).
+std::string format_preflight_report(const PreflightResult& result);
+
+}  // namespace hvd::runner

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// A child process driven by an asio io_context: line-wise stdout/stderr, exit notification.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hvd::runner {
+
+// Runs argv[0] (PATH lookup) with stdin from /dev/null and stdout/stderr piped back line by
+// line. The exit handler runs once, after the child is reaped and its pipes are drained (or
+// 300 ms after reaping when a descendant keeps a pipe open). Not copyable; must outlive the
+// io_context's run().
+class Subprocess {
+ public:
+  using LineHandler = std::function<void(const std::string&)>;
+  using ExitHandler = std::function<void(int wait_status)>;
+
+  Subprocess(boost::asio::io_context& io, std::vector<std::string> argv, bool new_process_group);
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+  ~Subprocess();  // SIGKILLs a child still running
+
+  void on_stdout(LineHandler h) { out_.handler = std::move(h); }
+  void on_stderr(LineHandler h) { err_.handler = std::move(h); }
+  void on_exit(ExitHandler h) { exit_handler_ = std::move(h); }
+
+  // Forks and execs; throws std::system_error when fork/pipe fail. A failed exec shows as
+  // exit status 127 with a message on stderr.
+  void start();
+
+  // Sends `sig` to the child (its whole process group when started in a new group).
+  void signal(int sig);
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0 && !reaped_; }
+
+ private:
+  struct Pipe {
+    explicit Pipe(boost::asio::io_context& io) : stream(io) {}
+    boost::asio::posix::stream_descriptor stream;
+    std::string partial;
+    char buf[4096];
+    LineHandler handler;
+    bool open = false;
+  };
+  void read_some(Pipe& p);
+  void poll_exit();
+  void maybe_finish();
+
+  boost::asio::io_context& io_;
+  std::vector<std::string> argv_;
+  bool new_group_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  bool finished_ = false;
+  int status_ = 0;
+  Pipe out_;
+  Pipe err_;
+  boost::asio::steady_timer poll_timer_;
+  boost::asio::steady_timer drain_timer_;
+  ExitHandler exit_handler_;
+};
+
+}  // namespace hvd::runner

@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+// Runs mpirun and supervises the job: output tagging, signals, first failure, TERM/KILL.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <string>
+#include <vector>
+
+#include "hvd/runner/control_server.h"
+
+namespace hvd::runner {
+
+struct SuperviseConfig {
+  std::vector<std::string> mpirun_argv;
+  int np = 0;
+  double grace_s = 5;
+  bool retag = true;  // rewrite [job,rank]<stdout>: to [rank]<stdout>:
+  bool verbose = false;
+};
+
+// Starts mpirun (own process group) and runs `io` until the job is over and every wrapper is
+// gone (or the grace period after KILL ran out). On SIGINT/SIGTERM/SIGHUP or the first rank
+// that ends non-zero: TERM to every wrapper and to mpirun, then KILL after the grace period.
+// Returns hvdrun's exit code: the first failed rank's code, 128+signal, or mpirun's code.
+int supervise(boost::asio::io_context& io, ControlServer& server, const SuperviseConfig& config);
+
+}  // namespace hvd::runner

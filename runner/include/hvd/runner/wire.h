@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// The line protocol between hvdrun (master) and its agents / rank wrappers: pure, no I/O.
+//
+// Every connection to the master's listener starts with one line carrying the job token:
+//   AGENT <token> <host>                 preflight connect-back; the master answers OK <token>
+//   HELLO <token> <rank> <host> <pid>    a rank wrapper started rank <rank>
+// then a wrapper sends, when its program ends:
+//   EXIT <token> <rank> <host> <code>    code = exit status, or 128 + signal number
+// and the master may send the wrapper:
+//   TERM                                 send SIGTERM to the program's process group
+//   KILL                                 send SIGKILL to the program's process group
+// A wrapper whose connection closes treats it as TERM (then KILL after the grace period), so a
+// dead master never leaves ranks behind.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace hvd::runner {
+
+enum class MessageKind { kAgent, kOk, kHello, kExit, kTerm, kKill };
+
+struct Message {
+  MessageKind kind = MessageKind::kTerm;
+  std::string token;
+  std::string host;
+  int rank = -1;
+  int value = 0;  // pid for HELLO, exit code for EXIT
+};
+
+// One line without the trailing newline.
+std::string format_message(const Message& m);
+
+// Parses one line (trailing \r/\n ignored); nullopt when malformed.
+std::optional<Message> parse_message(const std::string& line);
+
+// "128 + signal" or the exit status, from a waitpid() status.
+int exit_code_from_wait_status(int status);
+
+// A description for an exit code: "exit code 3" or "killed by signal 9 (SIGKILL)".
+std::string describe_exit_code(int code);
+
+}  // namespace hvd::runner

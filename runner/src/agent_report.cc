@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// Serializing and parsing the agent's report (HVDAGENT lines).
+#include "hvd/runner/agent_report.h"
+
+#include <sstream>
+
+namespace hvd::runner {
+
+std::string format_agent_report(const AgentReport& r) {
+  std::ostringstream out;
+  out << "HVDAGENT hostname " << r.hostname << "\n";
+  for (const auto& i : r.interfaces) {
+    out << "HVDAGENT iface " << i.name << " " << i.address << "/" << i.prefix_len << "\n";
+  }
+  for (const auto& a : r.reached) out << "HVDAGENT reach " << a << " ok\n";
+  for (const auto& a : r.unreached) out << "HVDAGENT reach " << a << "\n";
+  out << "HVDAGENT program " << (r.program_found ? "ok " : "missing ") << r.program << "\n";
+  out << "HVDAGENT mpirun " << (r.mpirun_found ? "ok" : "missing") << "\n";
+  out << "HVDAGENT orted " << (r.orted_found ? "ok" : "missing") << "\n";
+  out << "HVDAGENT done\n";
+  return out.str();
+}
+
+AgentReport parse_agent_report(const std::string& output) {
+  AgentReport r;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.rfind("HVDAGENT ", 0) != 0) continue;
+    std::istringstream words(line.substr(9));
+    std::string key;
+    words >> key;
+    std::string rest;
+    std::getline(words >> std::ws, rest);
+    if (key == "hostname") {
+      r.hostname = rest;
+    } else if (key == "iface") {
+      std::istringstream f(rest);
+      std::string name, cidr;
+      f >> name >> cidr;
+      size_t slash = cidr.find('/');
+      if (name.empty() || slash == std::string::npos) continue;
+      try {
+        r.interfaces.push_back({name, cidr.substr(0, slash), std::stoi(cidr.substr(slash + 1))});
+      } catch (...) {
+      }
+    } else if (key == "reach") {
+      if (rest.size() > 3 && rest.compare(rest.size() - 3, 3, " ok") == 0) {
+        r.reached.push_back(rest.substr(0, rest.size() - 3));
+      } else {
+        r.unreached.push_back(rest);
+      }
+    } else if (key == "program") {
+      r.program_found = rest.rfind("ok ", 0) == 0;
+      size_t sp = rest.find(' ');
+      r.program = sp == std::string::npos ? "" : rest.substr(sp + 1);
+    } else if (key == "mpirun") {
+      r.mpirun_found = rest == "ok";
+    } else if (key == "orted") {
+      r.orted_found = rest == "ok";
+    } else if (key == "done") {
+      r.complete = true;
+    }
+  }
+  return r;
+}
+
+}  // namespace hvd::runner

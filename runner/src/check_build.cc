@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// `hvdrun --check-build`: configure-time facts of this build plus a few run-time probes.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "hvd/runner/local_system.h"
+#include "hvd/runner/modes.h"
+#include "hvd_runner_build_info.h"
+
+namespace hvd::runner {
+namespace {
+
+// First line of a command's output, or "" (a failing command is just "nothing").
+std::string first_line(const std::string& command) {
+  FILE* f = popen((command + " 2>/dev/null").c_str(), "r");
+  if (f == nullptr) return "";
+  char buf[512] = {};
+  std::string line = fgets(buf, sizeof buf, f) ? buf : "";
+  pclose(f);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  return line;
+}
+
+std::string cuda_device() {
+  if (access("/dev/nvidia0", F_OK) != 0 && access("/dev/nvidiactl", F_OK) != 0) return "none";
+  std::string smi =
+      find_program("nvidia-smi", "/", std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin");
+  if (smi.empty()) return "device node present, nvidia-smi not found";
+  std::string l = first_line(smi + " -L");
+  return l.rfind("GPU", 0) == 0 ? l : "none (driver query failed)";
+}
+
+}  // namespace
+
+int run_check_build() {
+  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  std::string mpirun = find_program("mpirun", "/", path);
+  std::cout << "hvd " << HVD_RUNNER_VERSION << " build:\n"
+            << "  MPI (built against):  " << HVD_RUNNER_MPI_VERSION << "\n"
+            << "  mpirun (in PATH):     "
+            << (mpirun.empty() ? std::string("not found")
+                               : mpirun + " (" + first_line(mpirun + " --version") + ")")
+            << "\n"
+            << "  NCCL:                 " << HVD_RUNNER_WITH_NCCL
+            << ", headers: " << HVD_RUNNER_NCCL_VERSION << "\n"
+            << "  CUDA toolkit:         " << HVD_RUNNER_CUDA_VERSION << "\n"
+            << "  CUDA device:          " << cuda_device() << "\n"
+            << "  libtorch:             " << HVD_RUNNER_WITH_TORCH << "\n"
+            << "  Python binding:       " << HVD_RUNNER_WITH_PYTHON << "\n";
+  return 0;
+}
+
+}  // namespace hvd::runner

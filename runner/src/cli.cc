@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+// hvdrun's command line: CLI11 definitions and validation.
+#include "hvd/runner/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+
+#include "hvd/runner/errors.h"
+
+namespace hvd::runner {
+namespace {
+
+constexpr const char* kUsage = "hvdrun -np N [-H host:slots,...] [options] program [args...]";
+constexpr const char* kFooter = R"(Examples:
+  hvdrun -np 4 ./train                      4 ranks on this machine
+  hvdrun -np 8 -H a:4,b:4 ./train --lr 0.1  4 ranks on host a, 4 on host b (slot-major order)
+  hvdrun -np 8 --hostfile hosts.txt --dry-run ./train
+Before launching, every remote host is checked in parallel (DNS, ssh port, key login, host key,
+program/mpirun/orted present, which network reaches the master); one report lists all problems.
+Each output line is prefixed with its rank: [3]<stdout>: ...
+Exit codes: 0 all ranks succeeded; 2 bad command line; 4 preflight failed; 5 mpirun failed
+without a rank's code; 130/143 interrupted (SIGINT/SIGTERM); otherwise the exit code of the
+first rank that failed (128+N when killed by signal N).)";
+
+void build_app(CLI::App& app, Options& o) {
+  app.prefix_command();
+  app.footer(kFooter);
+  app.get_formatter()->column_width(38);
+  app.add_option("-n,--np", o.np, "Number of ranks (also spelled -np)");
+  app.add_option("-H,--hosts", o.hosts,
+                 "Hosts and slots: host1:slots,host2:slots (slots default 1; localhost or no -H "
+                 "= this machine with N slots)");
+  app.add_option("--hostfile", o.hostfile,
+                 "File of 'host slots=N' lines ('#' comments); instead of -H");
+  app.add_option("-p,--ssh-port", o.ssh_port, "SSH port on every host (default: ssh's own)");
+  app.add_option("-i,--ssh-identity-file", o.ssh_identity, "SSH private key to log in with");
+  app.add_option("--network-interface", o.network_interfaces,
+                 "IF[,IF] interface names or CIDRs for MPI (oob/btl tcp) and NCCL "
+                 "(NCCL_SOCKET_IFNAME); default: chosen by the preflight")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  app.add_option("-x,--env", o.env,
+                 "VAR or VAR=value: forward/set on every rank (repeatable). Always forwarded: "
+                 "PATH, LD_LIBRARY_PATH, PYTHONPATH, CUDA_VISIBLE_DEVICES, HVD_*, HOROVOD_*, "
+                 "NCCL_*")
+      ->allow_extra_args(false);
+  app.add_option("--start-timeout", o.start_timeout_s,
+                 "Seconds each host's preflight may take (default 30)");
+  app.add_option("--grace-period", o.grace_period_s,
+                 "Seconds between TERM and KILL when stopping the job (default 5)");
+  app.add_option("--output-filename", o.output_dir,
+                 "Directory for per-rank stdout/stderr files instead of the terminal "
+                 "(DIR/1/rank.N/{stdout,stderr}, written on the rank's host)");
+  app.add_option("--timeline-filename", o.timeline, "Write a timeline here (HVD_TIMELINE)");
+  app.add_option("--fusion-threshold-mb", o.fusion_threshold_mb,
+                 "Tensor fusion buffer in MiB (HVD_FUSION_THRESHOLD, in bytes)");
+  app.add_option("--cycle-time-ms", o.cycle_time_ms,
+                 "Background loop cycle time in ms (HVD_CYCLE_TIME)");
+  app.add_option("--cache-capacity", o.cache_capacity,
+                 "Response cache entries, 0 disables (HVD_CACHE_CAPACITY)");
+  app.add_option("--log-level", o.log_level,
+                 "trace, debug, info, warning, error or fatal (HVD_LOG_LEVEL)");
+  app.add_flag("--verbose", o.verbose, "Print the plan, preflight timings and mpirun command");
+  app.add_flag("--dry-run", o.dry_run,
+               "Print the plan and the exact launch command; start nothing");
+  app.add_flag("--check-build", o.check_build,
+               "Print what this build has (MPI, NCCL, CUDA, libtorch, Python) and exit");
+}
+
+bool valid_env_name(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+void validate(Options& o) {
+  const std::string help = " (see hvdrun --help)";
+  if (o.check_build) return;
+  if (o.command.empty()) {
+    throw UsageError(std::string("no program given; usage: ") + kUsage);
+  }
+  if (o.np == 0) throw UsageError("missing -np: give the number of ranks, e.g. -np 4");
+  if (o.np < 0) throw UsageError("-np must be at least 1 (e.g. -np 4)");
+  if (!o.hosts.empty() && !o.hostfile.empty()) {
+    throw UsageError("-H and --hostfile both given; use one of them");
+  }
+  if (o.ssh_port < 0 || o.ssh_port > 65535) {
+    throw UsageError("--ssh-port " + std::to_string(o.ssh_port) +
+                     " is not a port; give 1-65535 (e.g. -p 22)");
+  }
+  if (!(o.start_timeout_s > 0)) {
+    throw UsageError("--start-timeout must be a positive number of seconds (e.g. 30)");
+  }
+  if (!(o.grace_period_s >= 0)) {
+    throw UsageError("--grace-period must be zero or more seconds (e.g. 5)");
+  }
+  if (o.fusion_threshold_mb && !(*o.fusion_threshold_mb >= 0)) {
+    throw UsageError("--fusion-threshold-mb must be >= 0 (0 disables fusion, e.g. 64)");
+  }
+  if (o.cycle_time_ms && !(*o.cycle_time_ms > 0)) {
+    throw UsageError("--cycle-time-ms must be > 0 (e.g. 1)");
+  }
+  if (o.cache_capacity && *o.cache_capacity < 0) {
+    throw UsageError("--cache-capacity must be >= 0 (0 disables the cache, e.g. 1024)");
+  }
+  if (!o.log_level.empty()) {
+    std::string l = o.log_level;
+    std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return std::tolower(c); });
+    const char* levels[] = {"trace", "debug", "info", "warning", "error", "fatal"};
+    if (std::find(std::begin(levels), std::end(levels), l) == std::end(levels)) {
+      throw UsageError("--log-level '" + o.log_level +
+                       "' is unknown; use trace, debug, info, warning, error or fatal");
+    }
+  }
+  for (const auto& iface : o.network_interfaces) {
+    if (iface.empty()) throw UsageError("--network-interface has an empty entry; e.g. eth0,ib0");
+  }
+  for (const auto& x : o.env) {
+    std::string name = x.substr(0, x.find('='));
+    if (!valid_env_name(name)) {
+      throw UsageError("-x '" + x + "': '" + name +
+                       "' is not a variable name; write -x NAME or -x NAME=value" + help);
+    }
+  }
+}
+
+}  // namespace
+
+std::string help_text() {
+  Options o;
+  CLI::App app{std::string("hvdrun: launch an hvd job on one or more hosts through Open MPI\n"
+                           "Usage: ") +
+                   kUsage,
+               "hvdrun"};
+  build_app(app, o);
+  return app.help();
+}
+
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
+  ParsedCommandLine out;
+  Options& o = out.options;
+  CLI::App app{std::string("hvdrun: launch an hvd job on one or more hosts through Open MPI\n"
+                           "Usage: ") +
+                   kUsage,
+               "hvdrun"};
+  build_app(app, o);
+
+  // `-np` is not a CLI11 option name; it is the spelling users know from mpirun/horovodrun.
+  // Translate it only among hvdrun's own options (the program's args are restored below).
+  std::vector<std::string> words{"hvdrun"};
+  for (const auto& a : args) words.push_back(a == "-np" ? "--np" : a);
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::CallForHelp&) {
+    out.help = true;
+    out.help_text = app.help();
+    return out;
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    throw UsageError(msg + " (see hvdrun --help)");
+  }
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front() != "--" && rest.front().size() > 1 && rest.front()[0] == '-') {
+    throw UsageError("unknown option '" + rest.front() +
+                     "'; see hvdrun --help (options go before the program)");
+  }
+  // The program and its arguments, exactly as given.
+  o.command.assign(args.end() - static_cast<long>(std::min(rest.size(), args.size())), args.end());
+  if (!o.command.empty() && o.command.front() == "--") o.command.erase(o.command.begin());
+  validate(o);
+  return out;
+}
+
+}  // namespace hvd::runner

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+// `hvdrun --rank-wrapper`: what mpirun starts for each rank. It runs the program in its own
+// process group, reports HELLO/EXIT to the master and relays TERM/KILL (protocol in wire.h).
+// The program dies with the wrapper (PR_SET_PDEATHSIG), and the wrapper stops the program when
+// the master's connection drops, so neither a dead master nor a killed orted leaves it behind.
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "hvd/runner/local_system.h"
+#include "hvd/runner/modes.h"
+#include "hvd/runner/wire.h"
+
+namespace hvd::runner {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+int env_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "HVD_RANK"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return 0;
+}
+
+// Connects to the first master address that answers within `timeout`.
+bool connect_master(asio::io_context& io, tcp::socket& socket, const std::string& list,
+                    std::string& error) {
+  size_t start = 0;
+  while (start < list.size()) {
+    size_t comma = list.find(',', start);
+    std::string ep = list.substr(start, comma == std::string::npos ? comma : comma - start);
+    start = comma == std::string::npos ? list.size() : comma + 1;
+    size_t colon = ep.rfind(':');
+    if (colon == std::string::npos) continue;
+    boost::system::error_code ec;
+    tcp::resolver resolver(io);
+    auto eps = resolver.resolve(ep.substr(0, colon), ep.substr(colon + 1), ec);
+    if (!ec) {
+      bool done = false;
+      asio::steady_timer timer(io, std::chrono::seconds(5));
+      asio::async_connect(socket, eps, [&](boost::system::error_code e, const tcp::endpoint&) {
+        ec = e;
+        done = true;
+        timer.cancel();
+      });
+      timer.async_wait([&](boost::system::error_code e) {
+        if (!e) socket.close();
+      });
+      while (!done && io.run_one()) {
+      }
+      io.restart();
+      if (!ec) return true;
+    }
+    error += (error.empty() ? "" : "; ") + ep + ": " + ec.message();
+  }
+  return false;
+}
+
+}  // namespace
+
+int run_rank_wrapper(const std::vector<std::string>& args) {
+  // args: --rank-wrapper ADDRS TOKEN GRACE -- program args...
+  if (args.size() < 6 || args[4] != "--") {
+    std::cerr << "hvdrun --rank-wrapper: internal usage error (started by hvdrun only)\n";
+    return 2;
+  }
+  const std::string token = args[2];
+  const double grace = std::atof(args[3].c_str());
+  const int rank = env_rank();
+  const std::string host = local_hostname();
+  setenv("HVD_HOSTNAME", host.c_str(), 1);
+
+  asio::io_context io;
+  // Installed before fork so no SIGCHLD/SIGTERM is lost; exec resets them in the child.
+  asio::signal_set signals(io, SIGCHLD, SIGTERM, SIGINT);
+  signals.add(SIGHUP);
+  tcp::socket socket(io);
+  std::string error;
+  if (!connect_master(io, socket, args[1], error)) {
+    std::cerr << "hvdrun: rank " << rank << " on " << host << " cannot reach hvdrun at " << args[1]
+              << " (" << error << "); not starting " << args[5] << "\n";
+    return 1;
+  }
+  boost::system::error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);
+  asio::write(socket,
+              asio::buffer(format_message({MessageKind::kHello, token, host, rank,
+                                           static_cast<int>(getpid())}) +
+                           "\n"),
+              ec);
+
+  std::vector<char*> argv;
+  for (size_t i = 5; i < args.size(); ++i) argv.push_back(const_cast<char*>(args[i].c_str()));
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  pid_t child = fork();
+  if (child < 0) {
+    std::cerr << "hvdrun: rank " << rank << " on " << host << ": fork failed\n";
+    return 1;
+  }
+  if (child == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(137);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execvp(argv[0], argv.data());
+    std::string msg = "hvdrun: rank " + std::to_string(rank) + " on " + host + ": cannot run " +
+                      argv[0] + ": " + strerror(errno) + "\n";
+    (void)!write(2, msg.data(), msg.size());
+    _exit(127);
+  }
+  setpgid(child, child);
+
+  int exit_code = -1;
+  bool stopping = false;
+  asio::steady_timer kill_timer(io);
+  auto stop = [&](int sig) {
+    ::kill(-child, sig);
+    if (sig == SIGKILL || stopping) return;
+    stopping = true;
+    kill_timer.expires_after(std::chrono::milliseconds(static_cast<long>(grace * 1000)));
+    kill_timer.async_wait([&](boost::system::error_code e) {
+      if (!e) ::kill(-child, SIGKILL);
+    });
+  };
+  std::function<void()> wait_signal = [&] {
+    signals.async_wait([&](boost::system::error_code e, int sig) {
+      if (e) return;
+      if (sig == SIGCHLD) {
+        int status = 0;
+        if (waitpid(child, &status, WNOHANG) == child) {
+          exit_code = exit_code_from_wait_status(status);
+          ::kill(-child, SIGKILL);  // anything the program left in its group
+          io.stop();
+          return;
+        }
+      } else {
+        stop(sig);
+      }
+      wait_signal();
+    });
+  };
+  wait_signal();
+  asio::streambuf buf;
+  std::function<void()> read_master = [&] {
+    asio::async_read_until(socket, buf, '\n', [&](boost::system::error_code e, std::size_t) {
+      if (e) {  // the master is gone: nobody supervises this rank any more
+        stop(SIGTERM);
+        return;
+      }
+      std::istream in(&buf);
+      std::string line;
+      std::getline(in, line);
+      auto m = parse_message(line);
+      if (m && m->kind == MessageKind::kTerm) stop(SIGTERM);
+      if (m && m->kind == MessageKind::kKill) stop(SIGKILL);
+      read_master();
+    });
+  };
+  read_master();
+  io.run();
+  if (exit_code < 0) {  // io stopped without the child: should not happen; be safe
+    ::kill(-child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    exit_code = exit_code_from_wait_status(status);
+  }
+  asio::write(
+      socket,
+      asio::buffer(format_message({MessageKind::kExit, token, host, rank, exit_code}) + "\n"), ec);
+  return exit_code;
+}
+
+}  // namespace hvd::runner

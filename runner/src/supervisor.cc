@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// Supervision: mpirun in its own process group, rank wrappers reporting over the control
+// server; the first failure or a signal stops every rank (TERM, grace period, KILL).
+#include "hvd/runner/supervisor.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <optional>
+
+#include "hvd/runner/errors.h"
+#include "hvd/runner/subprocess.h"
+#include "hvd/runner/tag_output.h"
+#include "hvd/runner/wire.h"
+
+namespace hvd::runner {
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+void write_line(int fd, const std::string& line) {
+  std::string data = line + "\n";
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+struct Failure {
+  int rank;
+  std::string host;
+  int code;
+};
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+int supervise(asio::io_context& io, ControlServer& server, const SuperviseConfig& cfg) {
+  const auto t0 = Clock::now();
+  Clock::time_point stop_started;
+  std::optional<Failure> first;
+  int stop_signal = 0;
+  bool stopping = false;
+  bool mpirun_done = false;
+  int mpirun_code = 0;
+  int hellos = 0;
+  const auto grace = std::chrono::milliseconds(static_cast<long>(cfg.grace_s * 1000));
+
+  Subprocess mpirun(io, cfg.mpirun_argv, true);
+  asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+  asio::steady_timer kill_timer(io);
+  asio::steady_timer final_timer(io);
+
+  // Ranks are stopped through their wrappers; mpirun, which aborts the job by itself when a
+  // rank ends non-zero, is signalled only when it outlives the grace period (a TERM in the
+  // middle of its own abort can crash it and strand its remote daemons for a moment).
+  auto begin_stop = [&] {
+    if (stopping) return;
+    stopping = true;
+    stop_started = Clock::now();
+    server.broadcast(MessageKind::kTerm);
+    if (server.open_wrappers() == 0) mpirun.signal(SIGTERM);  // nothing started yet
+    kill_timer.expires_after(grace);
+    kill_timer.async_wait([&](boost::system::error_code ec) {
+      if (ec) return;
+      if (cfg.verbose) write_line(2, "hvdrun: grace period over; sending KILL");
+      server.broadcast(MessageKind::kKill);
+      mpirun.signal(SIGTERM);
+      kill_timer.expires_after(std::min(grace, std::chrono::milliseconds(2000)) +
+                               std::chrono::milliseconds(500));
+      kill_timer.async_wait([&](boost::system::error_code ec2) {
+        if (!ec2) mpirun.signal(SIGKILL);
+      });
+    });
+  };
+  auto maybe_done = [&] {
+    if (mpirun_done && server.open_wrappers() == 0) io.stop();
+  };
+
+  ControlServer::Handlers h;
+  h.on_hello = [&](const Message&) { ++hellos; };
+  h.on_exit = [&](const Message& m) {
+    if (m.value == 0 || first || stop_signal != 0) return;
+    first = Failure{m.rank, m.host, m.value};
+    write_line(2, "hvdrun: rank " + std::to_string(m.rank) + " on host " + m.host + " failed (" +
+                      describe_exit_code(m.value) + "); stopping all ranks");
+    begin_stop();
+  };
+  h.on_close = [&](int rank, const std::string& host, bool exited) {
+    if (!exited && !first && stop_signal == 0) {
+      first = Failure{rank, host, kExitLaunch};
+      write_line(2, "hvdrun: lost contact with rank " + std::to_string(rank) + " on host " + host +
+                        " (its wrapper was killed or the host went down); stopping all ranks");
+      begin_stop();
+    }
+    maybe_done();
+  };
+  server.set_handlers(h);
+
+  std::function<void()> wait_signal = [&] {
+    signals.async_wait([&](boost::system::error_code ec, int sig) {
+      if (ec) return;
+      if (stop_signal == 0 && !first) {
+        stop_signal = sig;
+        write_line(2, std::string("hvdrun: got SIG") + sigabbrev_np(sig) +
+                          "; stopping all ranks (TERM, then KILL after the grace period)");
+      }
+      if (stopping && sig == SIGINT) {  // second Ctrl-C: do not wait for the grace period
+        server.broadcast(MessageKind::kKill);
+        mpirun.signal(SIGKILL);
+      }
+      begin_stop();
+      wait_signal();
+    });
+  };
+  wait_signal();
+
+  mpirun.on_stdout([&](const std::string& l) { write_line(1, cfg.retag ? retag_line(l) : l); });
+  mpirun.on_stderr([&](const std::string& l) { write_line(2, cfg.retag ? retag_line(l) : l); });
+  mpirun.on_exit([&](int status) {
+    mpirun_done = true;
+    mpirun_code = exit_code_from_wait_status(status);
+    if (server.open_wrappers() > 0) {
+      // mpirun is gone but some wrappers are not: stop them, and give up after the grace.
+      begin_stop();
+      final_timer.expires_after(grace + std::chrono::seconds(1));
+      final_timer.async_wait([&](boost::system::error_code ec) {
+        if (!ec) io.stop();
+      });
+    }
+    maybe_done();
+  });
+  try {
+    mpirun.start();
+  } catch (const std::exception& e) {
+    write_line(2, std::string("hvdrun: cannot start mpirun: ") + e.what());
+    return kExitLaunch;
+  }
+  if (io.stopped()) io.restart();
+  io.run();
+  signals.cancel();
+  kill_timer.cancel();
+
+  if (cfg.verbose) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "hvdrun: job ran %.2f s%s", since(t0), "");
+    std::string msg = buf;
+    if (stopping) {
+      std::snprintf(buf, sizeof buf, "; teardown took %.2f s", since(stop_started));
+      msg += buf;
+    }
+    write_line(2, msg);
+  }
+  if (first) {
+    write_line(2, "hvdrun: job failed: rank " + std::to_string(first->rank) + " on host " +
+                      first->host + " failed first (" + describe_exit_code(first->code) + ")");
+    return first->code;
+  }
+  if (stop_signal != 0) return kExitSignalBase + stop_signal;
+  if (mpirun_code != 0) {
+    std::string when = hellos < cfg.np ? " before all " + std::to_string(cfg.np) +
+                                             " ranks started (" + std::to_string(hellos) + " did)"
+                                       : "";
+    write_line(2, "hvdrun: mpirun failed with " + describe_exit_code(mpirun_code) + when +
+                      "; see its messages above");
+    return mpirun_code;
+  }
+  return kExitOk;
+}
+
+}  // namespace hvd::runner

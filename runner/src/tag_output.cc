@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// Rewrites mpirun's --tag-output prefix to hvdrun's [rank]<stream>: form.
+#include "hvd/runner/tag_output.h"
+
+namespace hvd::runner {
+
+std::string retag_line(const std::string& line) {
+  // [<digits>,<digits>]<stdout|stderr|stddiag>:
+  if (line.empty() || line[0] != '[') return line;
+  size_t comma = line.find(',');
+  size_t close = line.find(']');
+  if (comma == std::string::npos || close == std::string::npos || comma > close) return line;
+  for (size_t i = 1; i < close; ++i) {
+    if (i != comma && (line[i] < '0' || line[i] > '9')) return line;
+  }
+  if (comma == 1 || comma + 1 == close) return line;
+  size_t gt = line.find(">:", close);
+  if (close + 1 >= line.size() || line[close + 1] != '<' || gt == std::string::npos) return line;
+  std::string stream = line.substr(close + 1, gt - close);  // <stdout>
+  std::string rank = line.substr(comma + 1, close - comma - 1);
+  return "[" + rank + "]" + stream + ": " + line.substr(gt + 2);
+}
+
+}  // namespace hvd::runner

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+// allreduce / grouped allreduce / broadcast / barrier against closed-form expected values.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "mpi_test_util.h"
+
+using hvd::DataType;
+using hvd::ReduceOp;
+using hvd_test::Buffer;
+
+namespace {
+
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+                         ReduceOp::kProduct};
+
+double input_value(ReduceOp op, int r, int64_t i) {
+  if (op == ReduceOp::kProduct) return static_cast<double>(((r + i) % 2) + 1);
+  return static_cast<double>((r + 1) * ((i % 5) + 1));
+}
+
+double expected_value(ReduceOp op, DataType t, int n, int64_t i) {
+  double k = static_cast<double>((i % 5) + 1);
+  switch (op) {
+    case ReduceOp::kSum: return k * n * (n + 1) / 2;
+    case ReduceOp::kAverage: {
+      double avg = k * (n + 1) / 2.0;
+      return hvd::dtype_is_floating(t) ? avg : std::floor(avg);
+    }
+    case ReduceOp::kMin: return k;
+    case ReduceOp::kMax: return k * n;
+    case ReduceOp::kProduct: {
+      double p = 1;
+      for (int r = 0; r < n; ++r) p *= static_cast<double>(((r + i) % 2) + 1);
+      return p;
+    }
+  }
+  return 0;
+}
+
+struct Case {
+  DataType dtype;
+  ReduceOp op;
+  int64_t n;
+  Buffer buf;
+  hvd::Handle h;
+  std::string name;
+};
+
+// Submits every dtype x op x size at once (so fusion sees a burst), then checks all.
+void run_allreduce_matrix(const std::string& prefix) {
+  const int r = hvd::rank(), n = hvd::size();
+  std::vector<Case> cases;
+  for (DataType t : hvd_test::reducible_dtypes()) {
+    for (ReduceOp op : kOps) {
+      for (int64_t len : {1, 17, 1000}) {
+        Case c{t, op, len, Buffer(t, len), {}, ""};
+        for (int64_t i = 0; i < len; ++i) c.buf.set(i, input_value(op, r, i));
+        c.name = prefix + "." + hvd::dtype_name(t) + "." + hvd::reduce_op_name(op) + "." +
+                 std::to_string(len);
+        cases.push_back(std::move(c));
+      }
+    }
+  }
+  for (auto& c : cases) c.h = hvd::allreduce_async(c.buf.view(), c.name, c.op);
+  for (auto& c : cases) {
+    INFO(c.name);
+    REQUIRE_NOTHROW(hvd::wait(c.h));
+    for (int64_t i = 0; i < c.n; ++i) {
+      REQUIRE(c.buf.get(i) == expected_value(c.op, c.dtype, n, i));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("allreduce gives closed-form results for every dtype and reduce op", "[mpi]") {
+  run_allreduce_matrix("matrix");
+  // The same names again: the response cache fast path must give the same answers.
+  run_allreduce_matrix("matrix");
+  run_allreduce_matrix("matrix");
+}
+
+TEST_CASE("allreduce applies prescale and postscale factors", "[mpi]") {
+  const int r = hvd::rank(), n = hvd::size();
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                     DataType::kFloat64, DataType::kInt32}) {
+    Buffer b(t, 64);
+    for (int64_t i = 0; i < 64; ++i) b.set(i, input_value(ReduceOp::kSum, r, i));
+    hvd::allreduce(b.view(), std::string("scaled.") + hvd::dtype_name(t), ReduceOp::kSum, 2.0, 3.0);
+    for (int64_t i = 0; i < 64; ++i) {
+      REQUIRE(b.get(i) == 6.0 * expected_value(ReduceOp::kSum, t, n, i));
+    }
+    Buffer a(t, 8);
+    for (int64_t i = 0; i < 8; ++i) a.set(i, 4.0 * (r + 1));
+    hvd::allreduce(a.view(), std::string("scaled.avg.") + hvd::dtype_name(t), ReduceOp::kAverage,
+                   0.5, 2.0);
+    for (int64_t i = 0; i < 8; ++i) REQUIRE(a.get(i) == 2.0 * (n + 1));  // avg(4(r+1))*0.5*2
+  }
+}
+
+TEST_CASE("out-of-place allreduce leaves the input untouched", "[mpi]") {
+  const int n = hvd::size();
+  std::vector<double> in(100, 1.5), out(100, -1.0);
+  hvd::TensorView vin(in.data(), DataType::kFloat64, {10, 10});
+  hvd::TensorView vout(out.data(), DataType::kFloat64, {10, 10});
+  hvd::allreduce_async(vin, vout, "oop", ReduceOp::kSum).wait();
+  for (int i = 0; i < 100; ++i) {
+    REQUIRE(in[i] == 1.5);
+    REQUIRE(out[i] == 1.5 * n);
+  }
+}
+
+TEST_CASE("large tensors are reduced in place and correctly", "[mpi]") {
+  const int r = hvd::rank(), n = hvd::size();
+  const int64_t len = (4 << 20) / 4 + 3;  // above the direct-reduction size
+  std::vector<float> a(static_cast<size_t>(len)), b(static_cast<size_t>(len));
+  for (int64_t i = 0; i < len; ++i) {
+    a[static_cast<size_t>(i)] = static_cast<float>((i % 11) * (r + 1));
+    b[static_cast<size_t>(i)] = static_cast<float>(r);
+  }
+  auto ha = hvd::allreduce_async(hvd::TensorView(a.data(), DataType::kFloat32, {len}), "big.a",
+                                 ReduceOp::kSum);
+  auto hb = hvd::allreduce_async(hvd::TensorView(b.data(), DataType::kFloat32, {len}), "big.b",
+                                 ReduceOp::kMax);
+  ha.wait();
+  hb.wait();
+  for (int64_t i = 0; i < len; i += 997) {
+    REQUIRE(a[static_cast<size_t>(i)] == static_cast<float>((i % 11) * n * (n + 1) / 2));
+    REQUIRE(b[static_cast<size_t>(i)] == static_cast<float>(n - 1));
+  }
+}
+
+TEST_CASE("grouped allreduce runs every member with one handle", "[mpi]") {
+  const int r = hvd::rank(), n = hvd::size();
+  std::vector<std::vector<float>> data(5);
+  std::vector<hvd::TensorView> views;
+  for (size_t k = 0; k < data.size(); ++k) {
+    data[k].assign(10 + k * 100, static_cast<float>(r + k));
+    views.emplace_back(data[k].data(), DataType::kFloat32,
+                       std::vector<int64_t>{static_cast<int64_t>(data[k].size())});
+  }
+  for (int rep = 0; rep < 3; ++rep) {
+    for (size_t k = 0; k < data.size(); ++k) std::fill(data[k].begin(), data[k].end(), static_cast<float>(r + k));
+    hvd::grouped_allreduce(views, "grp", ReduceOp::kSum);
+    for (size_t k = 0; k < data.size(); ++k) {
+      for (float v : data[k]) REQUIRE(v == static_cast<float>(n * (n - 1) / 2 + n * static_cast<int>(k)));
+    }
+  }
+}
+
+TEST_CASE("broadcast copies the root's values for every dtype and root", "[mpi]") {
+  const int r = hvd::rank(), n = hvd::size();
+  std::vector<DataType> types = hvd_test::reducible_dtypes();
+  types.push_back(DataType::kBool);
+  for (int root = 0; root < n; ++root) {
+    std::vector<Buffer> bufs;
+    std::vector<hvd::Handle> hs;
+    for (DataType t : types) {
+      Buffer b(t, 33);
+      for (int64_t i = 0; i < 33; ++i) {
+        b.set(i, t == DataType::kBool ? (r + i) % 2 : (r + 1) * (i % 7));
+      }
+      bufs.push_back(std::move(b));
+    }
+    for (size_t k = 0; k < types.size(); ++k) {
+      hs.push_back(hvd::broadcast_async(bufs[k].view(), root,
+                                        std::string("bcast.") + hvd::dtype_name(types[k]) + "." +
+                                            std::to_string(root)));
+    }
+    for (size_t k = 0; k < types.size(); ++k) {
+      hs[k].wait();
+      for (int64_t i = 0; i < 33; ++i) {
+        double want = types[k] == DataType::kBool ? (root + i) % 2 : (root + 1) * (i % 7);
+        REQUIRE(bufs[k].get(i) == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("unnamed collectives get matching automatic names on every rank", "[mpi]") {
+  const int n = hvd::size();
+  for (int k = 0; k < 5; ++k) {
+    std::vector<int64_t> v(7, k);
+    hvd::allreduce(hvd::TensorView(v.data(), DataType::kInt64, {7}), "", ReduceOp::kSum);
+    for (auto x : v) REQUIRE(x == static_cast<int64_t>(k) * n);
+  }
+}
+
+TEST_CASE("barrier waits for every rank", "[mpi]") {
+  if (hvd::size() == 1) {
+    hvd::barrier();
+    SUCCEED("single rank");
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  if (hvd::rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  hvd::barrier();
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(ms >= 250.0);
+}

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// [unit] the exact mpirun command lines and the forwarded environment.
+#include "hvd/runner/launch_command.h"
+
+#include <catch2/catch.hpp>
+
+#include "hvd/runner/errors.h"
+
+using namespace hvd::runner;
+using Words = std::vector<std::string>;
+
+TEST_CASE("localhost job as root: oversubscribe, tagged output, no ssh agent", "[unit]") {
+  LaunchSpec s;
+  s.np = 2;
+  s.hosts = {{"localhost", 2}};
+  s.as_root = true;
+  s.env = {{"PATH", std::nullopt}};
+  s.wrapper = {"/opt/hvd/bin/hvdrun", "--rank-wrapper", "127.0.0.1:4000", "tok", "5", "--"};
+  s.command = {"./train", "--epochs", "1"};
+  CHECK(build_mpirun_command(s) == Words{"mpirun",
+                                         "--allow-run-as-root",
+                                         "-np",
+                                         "2",
+                                         "-H",
+                                         "localhost:2",
+                                         "--bind-to",
+                                         "none",
+                                         "--oversubscribe",
+                                         "--tag-output",
+                                         "-x",
+                                         "PATH",
+                                         "/opt/hvd/bin/hvdrun",
+                                         "--rank-wrapper",
+                                         "127.0.0.1:4000",
+                                         "tok",
+                                         "5",
+                                         "--",
+                                         "./train",
+                                         "--epochs",
+                                         "1"});
+}
+
+TEST_CASE("two hosts as a user: ssh agent with port and key, interfaces, output files", "[unit]") {
+  LaunchSpec s;
+  s.np = 8;
+  s.hosts = {{"a", 4}, {"b", 4}};
+  s.all_local = false;
+  s.ssh_port = 2222;
+  s.ssh_identity = "/home/u/.ssh/id ed";
+  s.mpi_interfaces = {"10.0.0.0/24"};
+  s.env = {{"HVD_LOG_LEVEL", std::string("debug")}, {"NCCL_SOCKET_IFNAME", std::string("eth0")}};
+  s.output_dir = "logs";
+  s.command = {"python", "train.py"};
+  auto c = build_mpirun_command(s);
+  CHECK(c == Words{"mpirun",
+                   "-np",
+                   "8",
+                   "-H",
+                   "a:4,b:4",
+                   "--bind-to",
+                   "none",
+                   "--mca",
+                   "plm_rsh_agent",
+                   "ssh -o BatchMode=yes -p 2222 -i '/home/u/.ssh/id ed'",
+                   "--mca",
+                   "oob_tcp_if_include",
+                   "10.0.0.0/24",
+                   "--mca",
+                   "btl_tcp_if_include",
+                   "10.0.0.0/24",
+                   "--output-filename",
+                   "logs",
+                   "-x",
+                   "HVD_LOG_LEVEL=debug",
+                   "-x",
+                   "NCCL_SOCKET_IFNAME=eth0",
+                   "python",
+                   "train.py"});
+  CHECK(shell_join(c).find("'ssh -o BatchMode=yes -p 2222 -i '\\''/home/u/.ssh/id ed'\\'''") !=
+        std::string::npos);
+}
+
+TEST_CASE("ssh agent command and shell quoting", "[unit]") {
+  CHECK(ssh_agent_command(0, "") == "ssh -o BatchMode=yes");
+  CHECK(ssh_agent_command(22, "/k") == "ssh -o BatchMode=yes -p 22 -i /k");
+  CHECK(shell_quote("a.b/c:1,2") == "a.b/c:1,2");
+  CHECK(shell_quote("") == "''");
+  CHECK(shell_quote("it's") == "'it'\\''s'");
+  CHECK(shell_join({"echo", "a b", "$X"}) == "echo 'a b' '$X'");
+}
+
+TEST_CASE("default forwarded variables, tuning flags and -x", "[unit]") {
+  Options o;
+  o.timeline = "/tmp/tl.json";
+  o.fusion_threshold_mb = 64;
+  o.cycle_time_ms = 3.5;
+  o.cache_capacity = 1024;
+  o.log_level = "info";
+  o.env = {"MY_VAR", "OTHER=x y", "HVD_LOG_LEVEL=trace"};
+  std::vector<std::string> env{"PATH=/bin",          "HOME=/root",
+                               "HVD_FOO=1",          "HOROVOD_BAR=2",
+                               "NCCL_DEBUG=INFO",    "CUDA_VISIBLE_DEVICES=0",
+                               "LD_LIBRARY_PATH=/l", "PYTHONPATH=/p",
+                               "MY_VAR=7",           "SECRET=s"};
+  auto v = forwarded_env(o, env, {"eth0", "ib0"});
+  std::vector<EnvVar> want{{"CUDA_VISIBLE_DEVICES", std::nullopt},
+                           {"HOROVOD_BAR", std::nullopt},
+                           {"HVD_FOO", std::nullopt},
+                           {"LD_LIBRARY_PATH", std::nullopt},
+                           {"NCCL_DEBUG", std::nullopt},
+                           {"PATH", std::nullopt},
+                           {"PYTHONPATH", std::nullopt},
+                           {"HVD_TIMELINE", std::string("/tmp/tl.json")},
+                           {"HVD_FUSION_THRESHOLD", std::string("67108864")},
+                           {"HVD_CYCLE_TIME", std::string("3.5")},
+                           {"HVD_CACHE_CAPACITY", std::string("1024")},
+                           {"HVD_LOG_LEVEL", std::string("trace")},
+                           {"NCCL_SOCKET_IFNAME", std::string("eth0,ib0")},
+                           {"MY_VAR", std::nullopt},
+                           {"OTHER", std::string("x y")}};
+  CHECK(v == want);
+}
+
+TEST_CASE("a user's NCCL_SOCKET_IFNAME wins over the chosen interfaces", "[unit]") {
+  auto v = forwarded_env(Options{}, {"NCCL_SOCKET_IFNAME=ib0"}, {"eth0"});
+  CHECK(v == std::vector<EnvVar>{{"NCCL_SOCKET_IFNAME", std::nullopt}});
+}
+
+TEST_CASE("-x of a variable not set here says how to fix it", "[unit]") {
+  Options o;
+  o.env = {"NOPE"};
+  try {
+    forwarded_env(o, {"PATH=/bin"}, {});
+    FAIL("no error");
+  } catch (const UsageError& e) {
+    CHECK(std::string(e.what()) ==
+          "-x NOPE: NOPE is not set here; set it first or write -x NOPE=value");
+  }
+}
