@@ -12,21 +12,48 @@ function(hvd_resolve_feature name found)
   endif()
 endfunction()
 
-# NCCL + CUDA (CUDA_HOME / NCCL_HOME honoured).
+# NCCL + CUDA. The toolkit is looked for in $CUDA_HOME, then /usr/local/cuda (nvcc need not be
+# on PATH); NCCL in $NCCL_HOME, then the toolkit. When both are found, CMAKE_CUDA_COMPILER is set
+# so that ops/ can enable_language(CUDA).
 set(_nccl_found FALSE)
 string(TOUPPER "${HVD_WITH_NCCL}" _nccl_mode)
 if(NOT _nccl_mode STREQUAL "OFF")
-  set(_cuda_hints $ENV{CUDA_HOME} /usr/local/cuda)
-  find_path(HVD_NCCL_INCLUDE nccl.h HINTS $ENV{NCCL_HOME}/include ${_cuda_hints} PATH_SUFFIXES include)
-  find_library(HVD_NCCL_LIB nccl HINTS $ENV{NCCL_HOME}/lib $ENV{NCCL_HOME}/lib64 ${_cuda_hints}
-               PATH_SUFFIXES lib64 lib)
-  find_package(CUDAToolkit QUIET HINTS ${_cuda_hints})
-  if(HVD_NCCL_INCLUDE AND HVD_NCCL_LIB AND CUDAToolkit_FOUND)
+  set(_cuda_root "$ENV{CUDA_HOME}")
+  if(NOT _cuda_root OR NOT EXISTS "${_cuda_root}")
+    set(_cuda_root /usr/local/cuda)
+  endif()
+  if(NOT CUDAToolkit_ROOT AND EXISTS "${_cuda_root}")
+    set(CUDAToolkit_ROOT "${_cuda_root}")
+  endif()
+  find_package(CUDAToolkit QUIET)
+  set(_nccl_hints "$ENV{NCCL_HOME}" "${_cuda_root}")
+  find_path(HVD_NCCL_INCLUDE nccl.h HINTS ${_nccl_hints} PATH_SUFFIXES include)
+  find_library(HVD_NCCL_LIB nccl HINTS ${_nccl_hints} PATH_SUFFIXES lib64 lib)
+  if(HVD_NCCL_INCLUDE AND HVD_NCCL_LIB AND CUDAToolkit_FOUND AND CUDAToolkit_NVCC_EXECUTABLE)
     set(_nccl_found TRUE)
+    if(NOT CMAKE_CUDA_COMPILER)
+      set(CMAKE_CUDA_COMPILER "${CUDAToolkit_NVCC_EXECUTABLE}" CACHE FILEPATH "nvcc" FORCE)
+    endif()
+    # H200/H100 machine code plus PTX that newer GPUs compile at load time.
+    if(NOT CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES "90-real;80-virtual" CACHE STRING "CUDA architectures" FORCE)
+    endif()
+    message(STATUS "hvd: CUDA ${CUDAToolkit_VERSION} (${CUDAToolkit_NVCC_EXECUTABLE}), NCCL "
+                   "${HVD_NCCL_LIB}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
+  else()
+    message(STATUS "hvd: NCCL build off: CUDA toolkit found=${CUDAToolkit_FOUND} "
+                   "(looked in ${_cuda_root}; set CUDA_HOME), nccl.h=${HVD_NCCL_INCLUDE}, "
+                   "libnccl=${HVD_NCCL_LIB} (set NCCL_HOME)")
   endif()
 endif()
 hvd_resolve_feature(HVD_WITH_NCCL _nccl_found)
 set(HVD_HAVE_NCCL ${HVD_WITH_NCCL_RESOLVED})
+if(HVD_HAVE_NCCL)
+  # Top level, so that every directory (ops/, test/gpu, bench/) can compile .cu files.
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+endif()
 
 # libtorch (Debian's libtorch-dev ships TorchConfig.cmake).
 set(_torch_found FALSE)

@@ -27,8 +27,9 @@ const Var kStallShutdown{"HVD_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTD
 const Var kMonitor{"HVD_PEER_MONITOR", nullptr};
 const Var kTimeline{"HVD_TIMELINE", "HOROVOD_TIMELINE"};
 const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
-// Variables other parts of hvd read through their own layers (the launcher, NCCL ops).
-const char* const kOtherKnown[] = {"HVD_HIERARCHICAL_ALLREDUCE", "HVD_TESTHOSTS_PREFIX",
+const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
+// Variables other parts of hvd read through their own layers (the launcher's test hosts).
+const char* const kOtherKnown[] = {"HVD_TESTHOSTS_PREFIX",
                                    "HVD_TESTHOSTS_SUBNET", "HVD_TESTHOSTS_DIR"};
 
 class Reader {
@@ -122,6 +123,7 @@ Result<Config> Config::from_env(const Lookup& lookup, const std::vector<std::str
   HVD_RETURN_IF_ERROR(r.real(kStall, 0.0, &c.stall_warning_s));
   HVD_RETURN_IF_ERROR(r.real(kStallShutdown, 0.0, &c.stall_shutdown_s));
   HVD_RETURN_IF_ERROR(r.boolean(kMonitor, &c.peer_monitor));
+  HVD_RETURN_IF_ERROR(r.boolean(kHierarchical, &c.hierarchical_allreduce));
   if (auto kv = r.get(kTimeline)) c.timeline = kv->first;
   if (auto kv = r.get(kHostname)) c.hostname = kv->first;
   if (c.cache_capacity > (1 << 20)) {
@@ -131,7 +133,7 @@ Result<Config> Config::from_env(const Lookup& lookup, const std::vector<std::str
   if (unknown) {
     std::set<std::string> known;
     for (const Var* v : {&kFusion, &kDirect, &kCycle, &kCache, &kLog, &kStall, &kStallShutdown,
-                         &kMonitor, &kTimeline, &kHostname}) {
+                         &kMonitor, &kTimeline, &kHostname, &kHierarchical}) {
       known.insert(v->hvd);
     }
     for (const char* n : kOtherKnown) known.insert(n);
@@ -167,7 +169,8 @@ std::string Config::dump() const {
     << "HVD_STALL_CHECK_TIME_SECONDS=" << stall_warning_s << "\n"
     << "HVD_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_s << "\n"
     << "HVD_PEER_MONITOR=" << (peer_monitor ? 1 : 0) << "\n"
-    << "HVD_TIMELINE=" << timeline << "\n";
+    << "HVD_TIMELINE=" << timeline << "\n"
+    << "HVD_HIERARCHICAL_ALLREDUCE=" << (hierarchical_allreduce ? 1 : 0) << "\n";
   return o.str();
 }
 

@@ -37,6 +37,7 @@ Controller::Controller(Transport* transport, int64_t cache_capacity)
     : transport_(transport), cache_(cache_capacity), cache_enabled_(cache_capacity > 0) {}
 
 void Controller::submit(const Request& r) {
+  if (r.op == OpType::kJoin) joined_ = true;
   if (cache_enabled_ && cacheable(r)) {
     uint32_t bit = 0;
     switch (cache_.lookup(r, &bit)) {
@@ -55,8 +56,11 @@ void Controller::submit(const Request& r) {
 
 Status Controller::run_round(bool want_shutdown, RoundResult* out) {
   const size_t nw = cache_enabled_ ? cache_.num_words() : 0;
-  // Layout: [inverted flags][ready bits x nw][inverted invalid bits x nw].
-  std::vector<uint64_t> words(1 + 2 * nw, 0);
+  const size_t jw = static_cast<size_t>((size() + 63) / 64);
+  // Layout: [inverted flags][ready bits x nw][inverted invalid bits x nw][inverted joined x jw].
+  std::vector<uint64_t> words(1 + 2 * nw + jw, 0);
+  for (size_t i = 0; i < jw; ++i) words[1 + 2 * nw + i] = ~0ULL;
+  if (joined_) words[1 + 2 * nw + rank() / 64] &= ~(1ULL << (rank() % 64));
   uint64_t flags = 0;
   if (!uncached_.empty()) flags |= kFlagUncached;
   if (want_shutdown) flags |= kFlagShutdown;
@@ -68,6 +72,12 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
 
   HVD_RETURN_IF_ERROR(transport_->allreduce_and(&words));
   const uint64_t any_flags = ~words[0];
+  std::vector<int> joined;
+  for (int r = 0; r < size(); ++r) {
+    if (!(words[1 + 2 * nw + static_cast<size_t>(r / 64)] & (1ULL << (r % 64)))) {
+      joined.push_back(r);
+    }
+  }
 
   // Entries some rank contradicted: evicted everywhere, their pending requests re-sent.
   for (size_t w = 0; w < nw; ++w) {
@@ -95,7 +105,13 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
     }
   }
 
-  out->full_round = (any_flags & (kFlagUncached | kFlagShutdown)) != 0;
+  // While some rank has joined, the coordinator decides what is ready (it knows who submitted
+  // what); pending cached requests go through it too, and nothing new is cached.
+  if (!joined.empty()) {
+    for (auto& kv : pending_bits_) uncached_.push_back(kv.second);
+    pending_bits_.clear();
+  }
+  out->full_round = (any_flags & (kFlagUncached | kFlagShutdown)) != 0 || !joined.empty();
   if (!out->full_round) return Status::OK();
 
   RequestList mine;
@@ -117,9 +133,10 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
       if (parsed.value().shutdown) rl.shutdown_ranks.push_back(i);
       for (auto& r : parsed.value().requests) {
         r.rank = i;
-        coordinator_add(r, &rl.responses);
+        coordinator_add(r, joined, &rl.responses);
       }
     }
+    if (!joined.empty()) coordinator_sweep(joined, &rl.responses);
     bytes = serialize(rl);
   }
   HVD_RETURN_IF_ERROR(transport_->broadcast(&bytes));
@@ -127,17 +144,20 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
   if (!rl.ok()) return rl.status();
   out->shutdown_ranks = rl.value().shutdown_ranks;
   out->shutdown = !out->shutdown_ranks.empty();
-  cache_new_responses(rl.value().responses);
-  for (auto& r : rl.value().responses) out->responses.push_back(std::move(r));
+  cache_new_responses(rl.value().responses, !joined.empty());
+  for (auto& r : rl.value().responses) {
+    if (r.op == OpType::kJoin && !r.is_error()) joined_ = false;
+    out->responses.push_back(std::move(r));
+  }
   return Status::OK();
 }
 
-void Controller::cache_new_responses(const std::vector<Response>& responses) {
+void Controller::cache_new_responses(const std::vector<Response>& responses, bool any_joined) {
   for (const auto& resp : responses) {
     for (const auto& name : resp.names) {
       auto it = sent_.find(name);
       if (it == sent_.end()) continue;
-      if (cache_enabled_ && !resp.is_error() && cacheable(it->second)) {
+      if (cache_enabled_ && !any_joined && !resp.is_error() && cacheable(it->second)) {
         if (auto evicted = cache_.put(it->second)) {
           auto p = pending_bits_.find(*evicted);
           if (p != pending_bits_.end()) {
@@ -152,22 +172,59 @@ void Controller::cache_new_responses(const std::vector<Response>& responses) {
   }
 }
 
-void Controller::coordinator_add(const Request& r, std::vector<Response>* ready) {
+bool Controller::coordinator_ready(const Pending& p, const std::vector<int>& joined) const {
+  if (p.count == size()) return true;
+  if (p.is_join || joined.empty()) return false;
+  std::vector<bool> in(static_cast<size_t>(size()), false);
+  for (int j : joined) in[static_cast<size_t>(j)] = true;
+  for (size_t i = 0; i < p.per_rank.size(); ++i) {
+    if (!p.per_rank[i] && !in[i]) return false;
+  }
+  return true;
+}
+
+void Controller::coordinator_add(const Request& r, const std::vector<int>& joined,
+                                 std::vector<Response>* ready) {
   Pending& p = table_[r.name];
   if (p.per_rank.empty()) {
     p.per_rank.resize(static_cast<size_t>(size()));
     p.arrival = arrivals_++;
     p.since = std::chrono::steady_clock::now();
+    p.is_join = r.op == OpType::kJoin;
   }
   if (r.rank < 0 || r.rank >= size() || p.per_rank[static_cast<size_t>(r.rank)]) return;
   p.per_rank[static_cast<size_t>(r.rank)] = r;
-  if (++p.count < size()) return;
+  ++p.count;
+  // The rank completing a join is the last to join (ties within a round: the highest rank).
+  if (coordinator_ready(p, joined)) coordinator_emit(r.name, r.rank, ready);
+}
 
+void Controller::coordinator_sweep(const std::vector<int>& joined, std::vector<Response>* ready) {
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (const auto& [name, p] : table_) {
+    if (coordinator_ready(p, joined)) order.emplace_back(p.arrival, name);
+  }
+  std::sort(order.begin(), order.end());
+  for (const auto& [arrival, name] : order) coordinator_emit(name, -1, ready);
+}
+
+void Controller::coordinator_emit(const std::string& name, int last_rank,
+                                  std::vector<Response>* ready) {
+  Pending& p = table_.at(name);
   std::vector<Request> reqs;
+  std::vector<int> absent;
   reqs.reserve(p.per_rank.size());
-  for (auto& q : p.per_rank) reqs.push_back(std::move(*q));
-  table_.erase(r.name);
-  Response resp = build_response(reqs);
+  for (size_t i = 0; i < p.per_rank.size(); ++i) {
+    if (p.per_rank[i]) {
+      reqs.push_back(std::move(*p.per_rank[i]));
+    } else {
+      absent.push_back(static_cast<int>(i));
+    }
+  }
+  table_.erase(name);
+  const Request r = reqs.front();
+  Response resp = build_response(reqs, size(), absent);
+  if (r.op == OpType::kJoin) resp.root = last_rank;
   if (r.group.empty()) {
     ready->push_back(std::move(resp));
     return;

@@ -6,20 +6,34 @@ namespace hvd::core {
 
 int64_t response_bytes(const Response& r) {
   int64_t n = 0;
-  for (int64_t x : r.numels) n += x;
+  if (r.op == OpType::kAllgather && !r.names.empty()) {
+    // Gathered size: every rank's rows of every tensor.
+    const size_t per = r.rank_rows.size() / r.names.size();
+    for (size_t i = 0; i < r.names.size() && i < r.numels.size(); ++i) {
+      for (size_t j = 0; j < per; ++j) n += r.rank_rows[i * per + j] * r.numels[i];
+    }
+  } else {
+    for (int64_t x : r.numels) n += x;
+  }
   return n * static_cast<int64_t>(dtype_size(r.dtype));
 }
 
 namespace {
 
 bool fusable(const Response& r, const FusionOptions& opt) {
-  return !r.is_error() && r.op == OpType::kAllreduce && r.names.size() == 1 &&
-         response_bytes(r) < opt.direct_bytes && response_bytes(r) <= opt.threshold_bytes;
+  return !r.is_error() && (r.op == OpType::kAllreduce || r.op == OpType::kAllgather) &&
+         r.names.size() == 1 && response_bytes(r) < opt.direct_bytes &&
+         response_bytes(r) <= opt.threshold_bytes;
 }
 
 // Only what every rank agrees on may decide fusion: the device index is per rank (a cached
 // response carries this rank's index, a coordinator response rank 0's), so only its kind counts.
 bool same_key(const Response& a, const Response& b) {
+  if (a.op != b.op || a.joined != b.joined) return false;
+  if (a.op == OpType::kAllgather) {
+    return a.dtype == b.dtype && a.device.kind == b.device.kind &&
+           a.process_set == b.process_set;
+  }
   return a.dtype == b.dtype && a.device.kind == b.device.kind && a.reduce_op == b.reduce_op &&
          a.prescale == b.prescale && a.postscale == b.postscale &&
          a.process_set == b.process_set;
@@ -43,6 +57,8 @@ std::vector<Response> plan_fusion(const std::vector<Response>& responses,
     if (open && same_key(out.back(), r) && open_bytes + b <= opt.threshold_bytes) {
       out.back().names.push_back(r.names[0]);
       out.back().numels.push_back(r.numels[0]);
+      out.back().rank_rows.insert(out.back().rank_rows.end(), r.rank_rows.begin(),
+                                  r.rank_rows.end());
       open_bytes += b;
     } else {
       out.push_back(r);

@@ -15,6 +15,8 @@ const char* op_name(OpType op) {
     case OpType::kAlltoall: return "alltoall";
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kJoin: return "join";
+    case OpType::kAddProcessSet: return "add_process_set";
+    case OpType::kRemoveProcessSet: return "remove_process_set";
   }
   return "invalid";
 }
@@ -107,7 +109,7 @@ class Reader {
   bool ok_ = true;
 };
 
-constexpr uint8_t kMaxOp = static_cast<uint8_t>(OpType::kJoin);
+constexpr uint8_t kMaxOp = static_cast<uint8_t>(OpType::kRemoveProcessSet);
 constexpr uint8_t kMaxReduce = static_cast<uint8_t>(ReduceOp::kProduct);
 
 }  // namespace
@@ -175,6 +177,7 @@ std::vector<uint8_t> serialize(const ResponseList& l) {
     w.pod<int32_t>(r.process_set);
     w.i64s(r.numels);
     w.i64s(r.rank_rows);
+    w.i64s(r.joined);
     w.str(r.error);
   }
   return w.take();
@@ -186,7 +189,7 @@ Result<ResponseList> parse_response_list(const uint8_t* data, size_t size) {
   ResponseList l;
   bool ok = rd.pod(&magic) && magic == kResponseMagic && rd.pod(&nshut) && nshut < (1u << 24);
   for (uint32_t i = 0; ok && i < nshut; ++i) {
-    int32_t r;
+    int32_t r = 0;
     ok = rd.pod(&r);
     l.shutdown_ranks.push_back(r);
   }
@@ -203,7 +206,7 @@ Result<ResponseList> parse_response_list(const uint8_t* data, size_t size) {
     ok = ok && rd.dtype(&r.dtype) && rd.enumeration(&r.reduce_op, kMaxReduce) && rd.pod(&r.root) &&
          rd.pod(&r.prescale) && rd.pod(&r.postscale) && rd.device(&r.device) &&
          rd.pod(&r.process_set) && rd.i64s(&r.numels) && rd.i64s(&r.rank_rows) &&
-         rd.str(&r.error);
+         rd.i64s(&r.joined) && rd.str(&r.error);
     if (ok) l.responses.push_back(std::move(r));
   }
   if (!ok || !rd.done()) return internal_error("malformed response list (" + std::to_string(size) + " bytes)");

@@ -2,6 +2,8 @@
 // The background loop: wait for work, negotiate a round, fuse, execute, complete handles.
 #include "hvd/core/runtime.h"
 
+#include <algorithm>
+#include <algorithm>
 #include <chrono>
 
 #include "hvd/core/fusion.h"
@@ -35,6 +37,14 @@ Handle Runtime::enqueue(TensorEntry entry) {
   Handle h(entry.handle);
   const Request& r = entry.request;
   const std::string who = std::string(op_name(r.op)) + " '" + r.name + "'";
+  if (r.process_set != parts_.process_set) {
+    auto child = process_set(r.process_set);
+    if (!child.ok()) {
+      entry.handle->complete(Status(child.status().code(), who + ": " + child.status().message()));
+      return h;
+    }
+    return child.value()->enqueue(std::move(entry));
+  }
   Status bad = validate_local(r, size_);
   if (bad.ok() && entry.input.device.kind == DeviceKind::kCuda && !parts_.device_executor) {
     bad = invalid_argument(who + ": tensor is on " + entry.input.device.str() + " but " +
@@ -63,22 +73,43 @@ Handle Runtime::enqueue(TensorEntry entry) {
   }
   table_.emplace(k, std::move(entry));
   queue_.push_back(k);
-  cv_.notify_one();
+  if (sleeping_) cv_.notify_one();  // only an idle loop needs waking; a busy one looks anyway
   return h;
 }
 
 bool Runtime::wait_for_work(std::vector<Request>* fresh, bool* want_shutdown) {
   std::unique_lock<std::mutex> lk(mu_);
   if (stopped_) return false;
-  bool was_idle = queue_.empty() && !controller_.has_pending() && !shutdown_requested_;
-  cv_.wait(lk, [&] {
-    return stopped_ || !queue_.empty() || shutdown_requested_ || controller_.has_pending();
-  });
+  const bool was_idle = queue_.empty() && !controller_.has_pending() && !shutdown_requested_;
+  if (was_idle) {
+    // Nothing to negotiate: block (no polling, no collectives) until a user thread submits.
+    sleeping_ = true;
+    cv_.wait(lk, [&] { return stopped_ || !queue_.empty() || shutdown_requested_; });
+    sleeping_ = false;
+  }
   if (stopped_) return false;
-  if (was_idle && config_.cycle_time_ms > 0 && !shutdown_requested_) {
-    // Batch what the user submits shortly after the first tensor of a burst.
-    cv_.wait_for(lk, std::chrono::duration<double, std::milli>(config_.cycle_time_ms),
-                 [&] { return stopped_ || shutdown_requested_; });
+  if (!was_idle && queue_.empty() && !shutdown_requested_ && fruitless_rounds_ > 0) {
+    // Every rank has work but the last rounds matched nothing (ranks submitted different
+    // names). All ranks saw the same empty rounds, so all back off alike instead of spinning;
+    // new local work ends the pause at once.
+    auto pause = kSettleStep * (1 << std::min(fruitless_rounds_, 5));
+    cv_.wait_for(lk, pause, [&] { return stopped_ || !queue_.empty() || shutdown_requested_; });
+  }
+  if (was_idle && !shutdown_requested_) {
+    if (config_.cycle_time_ms > 0) {
+      cv_.wait_for(lk, std::chrono::duration<double, std::milli>(config_.cycle_time_ms),
+                   [&] { return stopped_ || shutdown_requested_; });
+    } else {
+      // A burst (a backward pass, a loop of async calls) arrives tensor by tensor: let it
+      // settle so one round carries it, but never wait more than kSettleCap.
+      const auto cap = std::chrono::steady_clock::now() + kSettleCap;
+      size_t seen = queue_.size();
+      while (!stopped_ && std::chrono::steady_clock::now() < cap) {
+        cv_.wait_for(lk, kSettleStep, [&] { return stopped_ || shutdown_requested_; });
+        if (queue_.size() == seen) break;
+        seen = queue_.size();
+      }
+    }
   }
   for (const auto& k : queue_) {
     auto it = table_.find(k);
@@ -104,6 +135,7 @@ bool Runtime::run_once() {
     return false;
   }
   if (round.full_round) ++stats_.full_rounds;
+  fruitless_rounds_ = round.responses.empty() && fresh.empty() ? fruitless_rounds_ + 1 : 0;
   stats_.responses += round.responses.size();
 
   FusionOptions fo{config_.fusion_threshold, config_.fusion_direct_bytes};
@@ -146,28 +178,73 @@ void Runtime::check_stalls() {
   }
 }
 
+namespace {
+
+// What a rank that joined runs in place of a collective it never submitted: zeros for
+// allreduce, a scratch buffer for broadcast, no rows for allgather.
+std::unique_ptr<TensorEntry> stand_in(const Response& r, size_t i, int rank,
+                                      std::vector<std::vector<uint8_t>>* scratch) {
+  auto e = std::make_unique<TensorEntry>();
+  Request& q = e->request;
+  q.op = r.op;
+  q.name = r.names[i];
+  q.dtype = r.dtype;
+  q.device = r.device;
+  q.process_set = r.process_set;
+  q.rank = rank;
+  const int64_t n = i < r.numels.size() ? r.numels[i] : 0;
+  q.shape = r.op == OpType::kAllgather ? std::vector<int64_t>{0, n} : std::vector<int64_t>{n};
+  const int64_t elems = r.op == OpType::kAllgather ? 0 : n;
+  scratch->emplace_back(static_cast<size_t>(std::max<int64_t>(elems, 1)) * dtype_size(r.dtype), 0);
+  e->input = TensorView(scratch->back().data(), r.dtype, q.shape, Device::host());
+  e->output = e->input;
+  e->handle = std::make_shared<HandleState>();
+  return e;
+}
+
+}  // namespace
+
 void Runtime::execute(const Response& r) {
-  std::vector<TensorEntry*> entries;
-  std::vector<std::string> keys;
+  std::vector<TensorEntry*> entries(r.names.size(), nullptr);
+  std::vector<std::pair<TensorEntry*, std::string>> mine;  // this rank's table entries
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (const auto& n : r.names) {
-      std::string k = key(r.process_set, n);
+    for (size_t i = 0; i < r.names.size(); ++i) {
+      std::string k = key(r.process_set, r.names[i]);
       auto it = table_.find(k);
       if (it != table_.end()) {
-        entries.push_back(&it->second);
-        keys.push_back(k);
+        entries[i] = &it->second;
+        mine.emplace_back(&it->second, k);
       }
     }
   }
+  std::vector<std::unique_ptr<TensorEntry>> stand_ins;
+  std::vector<std::vector<uint8_t>> scratch;
+  scratch.reserve(r.names.size());
+  const bool joined_here =
+      std::find(r.joined.begin(), r.joined.end(), static_cast<int64_t>(rank_)) != r.joined.end();
+  if (!r.is_error() && joined_here) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i]) continue;
+      stand_ins.push_back(stand_in(r, i, rank_, &scratch));
+      entries[i] = stand_ins.back().get();
+    }
+  }
+  const bool complete = std::find(entries.begin(), entries.end(), nullptr) == entries.end();
+  if (r.is_error() && mine.empty()) return;  // e.g. a joined rank: nothing of ours failed
   Status s;
   if (r.is_error()) {
     s = mismatch(r.error);
-  } else if (entries.size() != r.names.size()) {
+  } else if (!complete) {
     s = internal_error(std::string(op_name(r.op)) + " '" + r.names.front() +
                        "': negotiated but missing from this rank's tensor table");
-  } else if (r.op == OpType::kBarrier) {
+  } else if (r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet) {
+    s = execute_process_set_op(r, entries[0]);
+  } else if (r.op == OpType::kBarrier || r.op == OpType::kJoin) {
     s = Status::OK();  // negotiation itself synchronised every rank
+    if (r.op == OpType::kJoin) {
+      for (auto* e : entries) e->handle->result = r.root;
+    }
   } else {
     Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
                                                       : parts_.device_executor.get();
@@ -176,13 +253,19 @@ void Runtime::execute(const Response& r) {
                               parts_.no_device_reason);
   }
   std::lock_guard<std::mutex> lk(mu_);
-  for (size_t i = 0; i < entries.size(); ++i) {
-    entries[i]->handle->complete(s);
-    table_.erase(keys[i]);
+  for (auto& [e, k] : mine) {
+    e->handle->complete(s);
+    table_.erase(k);
   }
 }
 
 void Runtime::abort(const Status& s) {
+  std::vector<std::shared_ptr<Runtime>> children;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    for (auto& kv : children_) children.push_back(kv.second);
+  }
+  for (auto& c : children) c->abort(s);
   std::lock_guard<std::mutex> lk(mu_);
   if (stopped_) return;
   stopped_ = true;
@@ -215,6 +298,7 @@ void Runtime::loop() {
 }
 
 void Runtime::shutdown() {
+  shutdown_children();
   std::unique_lock<std::mutex> lk(mu_);
   shutdown_requested_ = true;
   cv_.notify_all();

@@ -56,6 +56,87 @@ std::string compare_field(const std::vector<Request>& reqs, const char* what,
   return msg;
 }
 
+Status validate_splits(const Request& r, int set_size, const std::string& who) {
+  const int64_t rows = r.shape[0];
+  if (r.splits.empty()) {
+    if (rows % set_size != 0) {
+      return invalid_argument(who + ": first dimension " + std::to_string(rows) +
+                              " cannot be split evenly over " + std::to_string(set_size) +
+                              " ranks; pass splits (rows for each rank)");
+    }
+    return Status::OK();
+  }
+  if (static_cast<int64_t>(r.splits.size()) != set_size) {
+    return invalid_argument(who + ": " + std::to_string(r.splits.size()) + " splits " +
+                            shape_str(r.splits) + " given but the process set has " +
+                            std::to_string(set_size) + " ranks (one split per rank)");
+  }
+  int64_t sum = 0;
+  for (int64_t x : r.splits) {
+    if (x < 0) return invalid_argument(who + ": negative split in " + shape_str(r.splits));
+    sum += x;
+  }
+  if (sum != rows) {
+    return invalid_argument(who + ": splits " + shape_str(r.splits) + " sum to " +
+                            std::to_string(sum) + " but the first dimension is " +
+                            std::to_string(rows));
+  }
+  return Status::OK();
+}
+
+std::vector<int64_t> trailing(const std::vector<int64_t>& shape) {
+  return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
+}
+
+// allgather/alltoall: every dimension but the first must agree. "" when they do.
+std::string compare_trailing(const std::vector<Request>& reqs) {
+  std::map<std::vector<int64_t>, std::vector<size_t>> by_dims;
+  std::vector<std::vector<int64_t>> order;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto t = trailing(reqs[i].shape);
+    if (!by_dims.count(t)) order.push_back(t);
+    by_dims[t].push_back(i);
+  }
+  if (order.size() <= 1) return "";
+  const Request& f = reqs.front();
+  std::string msg = std::string(op_name(f.op)) + " '" + f.name +
+                    "': dimensions after the first must match on every rank, but ";
+  for (size_t g = 0; g < order.size(); ++g) {
+    if (g) msg += g + 1 == order.size() ? " and " : ", ";
+    std::vector<int> ranks;
+    std::string shapes;
+    for (size_t i : by_dims[order[g]]) {
+      ranks.push_back(reqs[i].rank);
+      shapes += (shapes.empty() ? "" : ", ") + shape_str(reqs[i].shape);
+    }
+    msg += ranks_word(ranks) + (ranks.size() == 1 ? " has shape " : " have shapes ") + shapes;
+  }
+  return msg;
+}
+
+// add_process_set: the list every rank agreed on must name distinct ranks in range.
+std::string check_rank_list(const std::vector<int64_t>& ranks, int world) {
+  const std::string who = "add_process_set(" + shape_str(ranks) + ")";
+  if (ranks.empty()) return who + ": a process set needs at least one rank";
+  std::vector<int64_t> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= world) {
+      return who + ": rank " + std::to_string(sorted[i]) + " is out of range (hvd has " +
+             std::to_string(world) + " ranks: 0-" + std::to_string(world - 1) + ")";
+    }
+    if (i && sorted[i] == sorted[i - 1]) {
+      return who + ": rank " + std::to_string(sorted[i]) + " is listed more than once";
+    }
+  }
+  return "";
+}
+
+bool joinable(OpType op) {
+  return op == OpType::kAllreduce || op == OpType::kAllgather || op == OpType::kBroadcast ||
+         op == OpType::kBarrier;
+}
+
 }  // namespace
 
 Status validate_local(const Request& r, int set_size) {
@@ -78,10 +159,26 @@ Status validate_local(const Request& r, int set_size) {
   for (int64_t d : r.shape) {
     if (d < 0) return invalid_argument(who + ": negative dimension in shape " + shape_str(r.shape));
   }
+  const bool rows_op = r.op == OpType::kAllgather || r.op == OpType::kAlltoall ||
+                       r.op == OpType::kReducescatter;
+  if (rows_op && r.shape.empty()) {
+    return invalid_argument(who + ": needs a tensor with at least one dimension (got a scalar)");
+  }
+  if (r.op == OpType::kReducescatter && r.reduce_op != ReduceOp::kSum &&
+      r.reduce_op != ReduceOp::kAverage) {
+    return invalid_argument(who + ": reduce op " + reduce_op_name(r.reduce_op) +
+                            " is not supported (use Sum or Average)");
+  }
+  if (r.op == OpType::kAlltoall) return validate_splits(r, set_size, who);
   return Status::OK();
 }
 
 Response build_response(const std::vector<Request>& per_rank) {
+  return build_response(per_rank, static_cast<int>(per_rank.size()), {});
+}
+
+Response build_response(const std::vector<Request>& per_rank, int set_size,
+                        const std::vector<int>& joined) {
   const Request& f = per_rank.front();
   Response resp;
   resp.op = f.op;
@@ -98,8 +195,15 @@ Response build_response(const std::vector<Request>& per_rank) {
          return std::string(r.device.kind == DeviceKind::kHost ? "cpu" : "cuda");
        }},
   };
-  if (f.op == OpType::kAllreduce || f.op == OpType::kBroadcast) {
+  if (f.op == OpType::kAllreduce || f.op == OpType::kBroadcast ||
+      f.op == OpType::kReducescatter) {
     checks.push_back({"shape", [](const Request& r) { return shape_str(r.shape); }});
+  }
+  if (f.op == OpType::kAddProcessSet) {
+    checks.push_back({"rank list", [](const Request& r) { return shape_str(r.splits); }});
+  }
+  if (f.op == OpType::kRemoveProcessSet) {
+    checks.push_back({"process set id", [](const Request& r) { return std::to_string(r.root); }});
   }
   if (f.op == OpType::kAllreduce || f.op == OpType::kReducescatter) {
     checks.push_back({"reduce op", [](const Request& r) {
@@ -124,11 +228,67 @@ Response build_response(const std::vector<Request>& per_rank) {
       return resp;
     }
   }
+  const std::string who = std::string(op_name(f.op)) + " '" + f.name + "'";
+  if (f.op == OpType::kAllgather || f.op == OpType::kAlltoall) {
+    resp.error = compare_trailing(per_rank);
+    if (!resp.error.empty()) return resp;
+  }
+  if (!joined.empty()) {
+    if (!joinable(f.op)) {
+      resp.error = who + ": cannot run while " + ranks_word(joined) +
+                   (joined.size() == 1 ? " has" : " have") +
+                   " joined (after hvd::join() a rank takes part only in allreduce, allgather, "
+                   "broadcast and barrier); call it on every rank before join()";
+      return resp;
+    }
+    if (f.op == OpType::kBroadcast &&
+        std::find(joined.begin(), joined.end(), f.root) != joined.end()) {
+      resp.error = who + ": root rank " + std::to_string(f.root) +
+                   " has joined and has no tensor to send";
+      return resp;
+    }
+    for (int j : joined) resp.joined.push_back(j);
+  }
+  if (f.op == OpType::kAddProcessSet) {
+    resp.error = check_rank_list(f.splits, set_size);
+    if (!resp.error.empty()) return resp;
+    resp.rank_rows = f.splits;
+  }
+  if (f.op == OpType::kRemoveProcessSet) {
+    std::vector<int> busy;
+    for (const auto& r : per_rank) {
+      if (!r.splits.empty() && r.splits[0] != 0) busy.push_back(r.rank);
+    }
+    if (!busy.empty()) {
+      resp.error = "remove_process_set(" + std::to_string(f.root) + "): collectives are still in "
+                   "flight on it on " + ranks_word(busy) + "; wait for them before removing the set";
+      return resp;
+    }
+  }
   resp.reduce_op = f.reduce_op;
   resp.root = f.root;
   resp.prescale = f.prescale;
   resp.postscale = f.postscale;
-  resp.numels = {shape_numel(f.shape)};
+  if (f.op == OpType::kAllgather || f.op == OpType::kAlltoall ||
+      f.op == OpType::kReducescatter) {
+    resp.numels = {shape_numel(trailing(f.shape))};
+  } else {
+    resp.numels = {shape_numel(f.shape)};
+  }
+  const size_t n = static_cast<size_t>(set_size);
+  if (f.op == OpType::kAllgather) {
+    resp.rank_rows.assign(n, 0);
+    for (const auto& r : per_rank) resp.rank_rows[static_cast<size_t>(r.rank)] = r.shape[0];
+  }
+  if (f.op == OpType::kAlltoall) {
+    resp.rank_rows.assign(n * n, 0);
+    for (const auto& r : per_rank) {
+      for (size_t j = 0; j < n; ++j) {
+        resp.rank_rows[static_cast<size_t>(r.rank) * n + j] =
+            r.splits.empty() ? r.shape[0] / set_size : r.splits[j];
+      }
+    }
+  }
   return resp;
 }
 

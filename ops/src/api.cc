@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <map>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "hvd/core/logging.h"
 #include "hvd/core/runtime.h"
 #include "hvd/core/validation.h"
+#include "api_internal.h"
 #include "hvd/hvd.h"
 #include "hvd/ops/device.h"
 #include "hvd/ops/mpi_executor.h"
@@ -34,13 +36,18 @@ struct Global {
   MPI_Comm negotiation = MPI_COMM_NULL, data = MPI_COMM_NULL;
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   bool threads_multiple = false;
-  std::atomic<uint64_t> counters[8] = {};
+  std::mutex names_mu;
+  std::map<std::pair<int32_t, int>, uint64_t> counters;  // (process set, op) -> unnamed calls
 };
 
 Global& g() {
   static Global* inst = new Global();  // never destroyed: outlives every static user
   return *inst;
 }
+
+}  // namespace
+
+namespace detail {
 
 core::Runtime& runtime(const char* fn) {
   Global& s = g();
@@ -51,6 +58,25 @@ core::Runtime& runtime(const char* fn) {
   }
   return *s.runtime;
 }
+
+std::shared_ptr<core::Runtime> set_runtime(const char* fn, const std::string& name,
+                                           const ProcessSet& ps) {
+  core::Runtime& rt = runtime(fn);
+  auto r = rt.process_set(ps.id());
+  if (!r.ok()) {
+    std::string op(fn);
+    if (op.size() > 6 && op.compare(op.size() - 6, 6, "_async") == 0) op.resize(op.size() - 6);
+    throw Error(Status(r.status().code(),
+                       op + (name.empty() ? "" : " '" + name + "'") + ": " + r.status().message()));
+  }
+  return r.value();
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::runtime;
 
 void free_comms(Global& s) {
   int finalized = 0;
@@ -142,21 +168,36 @@ Status init_locked(Global& s) {
   core::RuntimeParts parts;
   parts.transport = std::make_unique<ops::MpiTransport>(s.negotiation, should_abort);
   parts.host_executor = std::make_unique<ops::MpiExecutor>(s.data);
-  ops::add_device_executor(&parts);
+  ops::add_device_executor(&parts, s.data, cfg.value());
+  parts.make_process_set = [parent = s.data, world_rank = s.rank, multiple = s.threads_multiple,
+                            should_abort](int32_t id, const std::vector<int32_t>& ranks,
+                                          core::RuntimeParts* out) {
+    return detail::make_process_set_parts(parent, world_rank, multiple, should_abort, id, ranks,
+                                          out);
+  };
   s.runtime = std::make_unique<core::Runtime>(cfg.value(), std::move(parts));
   if (mon) {
     core::Runtime* rt = s.runtime.get();
     mon->on_failure([rt](const Status& st) { rt->abort(st); });
   }
-  for (auto& c : s.counters) c = 0;
+  s.counters.clear();
   s.runtime->start();
   s.ever_initialized = true;
   return Status::OK();
 }
 
-std::string auto_name(OpType op, const std::string& name) {
+}  // namespace
+
+namespace detail {
+
+std::string auto_name(OpType op, const std::string& name, int32_t process_set) {
   if (!name.empty()) return name;
-  uint64_t n = g().counters[static_cast<int>(op)]++;
+  Global& s = g();
+  uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> lk(s.names_mu);
+    n = s.counters[{process_set, static_cast<int>(op)}]++;
+  }
   return std::string(core::op_name(op)) + ".noname." + std::to_string(n);
 }
 
@@ -169,15 +210,35 @@ Status check_view(const core::Request& r, const TensorView& t, const char* role)
   return Status::OK();
 }
 
-core::Request make_request(OpType op, const std::string& name, const TensorView& t) {
+core::Request make_request(OpType op, const std::string& name, const TensorView& t,
+                           const core::Runtime& rt) {
   core::Request r;
   r.op = op;
   r.name = name;
   r.dtype = t.dtype;
   r.shape = t.shape;
   r.device = t.device;
-  r.rank = g().rank;
+  r.rank = rt.rank();
+  r.process_set = rt.process_set_id();
   return r;
+}
+
+std::string group_name(OpType op, const std::string& name, int32_t process_set) {
+  if (!name.empty()) return name;
+  return "group." + auto_name(op, "", process_set);
+}
+
+std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntry> entries,
+                                 const std::string& group) {
+  for (auto& e : entries) {
+    e.request.group = group;
+    e.request.group_size = static_cast<int32_t>(entries.size());
+    throw_if_error(core::validate_local(e.request, rt.size()));
+    throw_if_error(check_view(e.request, e.input, "input"));
+  }
+  std::vector<Handle> hs;
+  for (auto& e : entries) hs.push_back(rt.enqueue(std::move(e)));
+  return hs;
 }
 
 Handle submit(core::Runtime& rt, core::TensorEntry e) {
@@ -194,10 +255,11 @@ Handle submit(core::Runtime& rt, core::TensorEntry e) {
   return h;
 }
 
-core::TensorEntry allreduce_entry(const TensorView& in, const TensorView& out,
-                                  const std::string& name, ReduceOp op, double pre, double post) {
+core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
+                                  const TensorView& out, const std::string& name, ReduceOp op,
+                                  double pre, double post) {
   core::TensorEntry e;
-  e.request = make_request(OpType::kAllreduce, name, in);
+  e.request = make_request(OpType::kAllreduce, name, in, rt);
   e.request.reduce_op = op;
   e.request.prescale = pre;
   e.request.postscale = post;
@@ -206,7 +268,14 @@ core::TensorEntry allreduce_entry(const TensorView& in, const TensorView& out,
   return e;
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::allreduce_entry;
+using detail::auto_name;
+using detail::check_view;
+using detail::make_request;
+using detail::set_runtime;
+using detail::submit;
 
 void init() {
   Global& s = g();
@@ -242,39 +311,38 @@ bool cuda_built() { return HVD_HAVE_NCCL != 0; }
 bool torch_built() { return HVD_HAVE_TORCH != 0; }
 
 Handle allreduce_async(const TensorView& tensor, const std::string& name, ReduceOp op,
-                       double prescale_factor, double postscale_factor) {
-  return allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor);
+                       double prescale_factor, double postscale_factor, const ProcessSet& ps) {
+  return allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, ps);
 }
 
 Handle allreduce_async(const TensorView& input, const TensorView& output, const std::string& name,
-                       ReduceOp op, double prescale_factor, double postscale_factor) {
-  core::Runtime& rt = runtime("allreduce_async");
-  std::string n = auto_name(OpType::kAllreduce, name);
+                       ReduceOp op, double prescale_factor, double postscale_factor,
+                       const ProcessSet& ps) {
+  auto rt = set_runtime("allreduce_async", name, ps);
+  std::string n = auto_name(OpType::kAllreduce, name, ps.id());
   if (output.dtype != input.dtype || output.numel() != input.numel()) {
     throw Error(invalid_argument("allreduce '" + n + "': output " + dtype_name(output.dtype) +
                                  shape_str(output.shape) + " does not match input " +
                                  dtype_name(input.dtype) + shape_str(input.shape)));
   }
-  return submit(rt, allreduce_entry(input, output, n, op, prescale_factor, postscale_factor));
+  return submit(*rt, allreduce_entry(*rt, input, output, n, op, prescale_factor,
+                                     postscale_factor));
 }
 
 Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std::string& name,
-                               ReduceOp op, double prescale_factor, double postscale_factor) {
-  core::Runtime& rt = runtime("grouped_allreduce_async");
-  std::string group = auto_name(OpType::kAllreduce, name.empty() ? "" : name);
-  if (name.empty()) group = "group." + group;
+                               ReduceOp op, double prescale_factor, double postscale_factor,
+                               const ProcessSet& ps) {
+  auto rt = set_runtime("grouped_allreduce_async", name, ps);
+  const std::string group = detail::group_name(OpType::kAllreduce, name, ps.id());
   std::vector<core::TensorEntry> entries;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    auto e = allreduce_entry(tensors[i], tensors[i], group + "/" + std::to_string(i), op,
-                             prescale_factor, postscale_factor);
-    e.request.group = group;
-    e.request.group_size = static_cast<int32_t>(tensors.size());
-    throw_if_error(core::validate_local(e.request, rt.size()));
-    throw_if_error(check_view(e.request, e.input, "input"));
-    entries.push_back(std::move(e));
+    entries.push_back(allreduce_entry(*rt, tensors[i], tensors[i],
+                                      group + "/" + std::to_string(i), op, prescale_factor,
+                                      postscale_factor));
   }
+  auto handles = detail::submit_group(*rt, std::move(entries), group);
   auto all = std::make_shared<core::HandleState>();
-  if (entries.empty()) {
+  if (handles.empty()) {
     all->complete(Status::OK());
     return Handle(all);
   }
@@ -284,50 +352,61 @@ Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std
     Status first_error;
   };
   auto join = std::make_shared<Join>();
-  join->left = entries.size();
-  for (auto& e : entries) {
-    e.handle = std::make_shared<core::HandleState>();
-    e.handle->callback = [join, all](const Status& st) {
+  join->left = handles.size();
+  for (auto& h : handles) {
+    auto cb = [join, all](const Status& st) {
       std::lock_guard<std::mutex> lk(join->mu);
       if (!st.ok() && join->first_error.ok()) join->first_error = st;
       if (--join->left == 0) all->complete(join->first_error);
     };
-    rt.enqueue(std::move(e));
+    core::HandleState* hs = h.state();
+    std::unique_lock<std::mutex> lk(hs->mu);
+    if (hs->done.load()) {
+      Status st = hs->status;
+      lk.unlock();
+      cb(st);
+    } else {
+      hs->callback = cb;
+    }
   }
   return Handle(all);
 }
 
-Handle broadcast_async(const TensorView& tensor, int root_rank, const std::string& name) {
-  core::Runtime& rt = runtime("broadcast_async");
+Handle broadcast_async(const TensorView& tensor, int root_rank, const std::string& name,
+                       const ProcessSet& ps) {
+  auto rt = set_runtime("broadcast_async", name, ps);
   core::TensorEntry e;
-  e.request = make_request(OpType::kBroadcast, auto_name(OpType::kBroadcast, name), tensor);
+  e.request =
+      make_request(OpType::kBroadcast, auto_name(OpType::kBroadcast, name, ps.id()), tensor, *rt);
   e.request.root = root_rank;
   e.input = tensor;
   e.output = tensor;
-  return submit(rt, std::move(e));
+  return submit(*rt, std::move(e));
 }
 
 void allreduce(const TensorView& tensor, const std::string& name, ReduceOp op,
-               double prescale_factor, double postscale_factor) {
-  allreduce_async(tensor, name, op, prescale_factor, postscale_factor).wait();
+               double prescale_factor, double postscale_factor, const ProcessSet& ps) {
+  allreduce_async(tensor, name, op, prescale_factor, postscale_factor, ps).wait();
 }
 
 void grouped_allreduce(const std::vector<TensorView>& tensors, const std::string& name,
-                       ReduceOp op, double prescale_factor, double postscale_factor) {
-  grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor).wait();
+                       ReduceOp op, double prescale_factor, double postscale_factor,
+                       const ProcessSet& ps) {
+  grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor, ps).wait();
 }
 
-void broadcast(const TensorView& tensor, int root_rank, const std::string& name) {
-  broadcast_async(tensor, root_rank, name).wait();
+void broadcast(const TensorView& tensor, int root_rank, const std::string& name,
+               const ProcessSet& ps) {
+  broadcast_async(tensor, root_rank, name, ps).wait();
 }
 
-void barrier() {
-  core::Runtime& rt = runtime("barrier");
+void barrier(const ProcessSet& ps) {
+  auto rt = set_runtime("barrier", "", ps);
   core::TensorEntry e;
   TensorView none(nullptr, DataType::kUInt8, {0});
-  e.request = make_request(OpType::kBarrier, auto_name(OpType::kBarrier, ""), none);
+  e.request = make_request(OpType::kBarrier, auto_name(OpType::kBarrier, "", ps.id()), none, *rt);
   e.input = e.output = none;
-  submit(rt, std::move(e)).wait();
+  submit(*rt, std::move(e)).wait();
 }
 
 bool poll(const Handle& h) { return h.poll(); }

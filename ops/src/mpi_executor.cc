@@ -28,10 +28,18 @@ uint8_t* MpiExecutor::fusion_buffer(size_t bytes) {
   return fusion_.data();
 }
 
+uint8_t* MpiExecutor::gather_buffer(size_t bytes) {
+  if (gather_.size() < bytes) gather_.resize(bytes);
+  return gather_.data();
+}
+
 Status MpiExecutor::execute(const Response& r, const std::vector<TensorEntry*>& entries) {
   switch (r.op) {
     case OpType::kAllreduce: return allreduce(r, entries);
     case OpType::kBroadcast: return broadcast(r, entries);
+    case OpType::kAllgather: return allgather(r, entries);
+    case OpType::kAlltoall: return alltoall(r, entries);
+    case OpType::kReducescatter: return reducescatter(r, entries);
     default:
       return invalid_argument(std::string(core::op_name(r.op)) +
                               " is not supported by the MPI executor yet");
@@ -51,7 +59,9 @@ Status MpiExecutor::reduce_buffer(void* data, int64_t count, MPI_Datatype type, 
 
 Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>& entries) {
   const DataType dt = r.dtype;
-  const double post = r.postscale / (r.reduce_op == ReduceOp::kAverage ? size_ : 1);
+  // Average divides by the ranks that contributed data: joined ranks only add zeros.
+  const int contributors = size_ - static_cast<int>(r.joined.size());
+  const double post = r.postscale / (r.reduce_op == ReduceOp::kAverage ? contributors : 1);
   const MPI_Op op = mpi_op(r.reduce_op);
 
   if (reduced_as_float(dt)) {

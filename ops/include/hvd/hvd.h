@@ -8,6 +8,7 @@
 //   hvd::shutdown();
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,11 +19,44 @@
 
 namespace hvd {
 
+/// A group of ranks that collectives can run on: each set has its own communicators,
+/// negotiation (and response cache) and background thread, so work on disjoint sets runs
+/// concurrently. A default-constructed ProcessSet is the global set (id 0, every rank).
+/// Ranks inside a set are numbered 0..size-1 in the order of the global ranks given to
+/// add_process_set (broadcast roots and alltoall splits use these numbers).
+class ProcessSet {
+ public:
+  ProcessSet() = default;
+  explicit ProcessSet(int32_t id) : id_(id) {}
+  int32_t id() const { return id_; }
+  /// The global ranks of the set (empty once removed).
+  std::vector<int> ranks() const;
+  /// True when this rank is a member.
+  bool included() const;
+  /// This rank's rank within the set, -1 when not a member.
+  int rank() const;
+  int size() const;
+  bool operator==(const ProcessSet& o) const { return id_ == o.id_; }
+
+ private:
+  int32_t id_ = 0;
+};
+
+/// The set of all ranks.
+inline ProcessSet global_process_set() { return ProcessSet(); }
+
+/// Allocates an output whose shape negotiation decides (allgather, alltoall, reducescatter);
+/// returns memory for shape_numel(shape) elements of the tensor's dtype that stays valid until
+/// the caller is done with it. Without one, hvd owns the output (Handle::output()).
+using Allocator = std::function<void*(const std::vector<int64_t>& shape)>;
+
 /// Starts hvd: initialises MPI unless the caller already did (then hvd leaves finalising MPI to
 /// the caller), reads the HVD_* configuration and starts the background thread. Without mpirun
 /// it runs as a singleton job of size 1. Throws hvd::Error on failure. Calling init() when
 /// already initialised is a no-op; init() after shutdown() starts a fresh runtime.
 void init();
+/// init(), then add_process_set() for each list, in order (ids 1, 2, ...).
+void init(const std::vector<std::vector<int>>& process_sets);
 /// Finishes or fails (with a clear status) everything in flight, stops the background thread,
 /// finalises MPI if hvd initialised it. Idempotent.
 void shutdown();
@@ -49,28 +83,88 @@ bool torch_built();
 /// disagreements between ranks fail the handle, and wait() throws.
 Handle allreduce_async(const TensorView& tensor, const std::string& name = "",
                        ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
-                       double postscale_factor = 1.0);
+                       double postscale_factor = 1.0, const ProcessSet& process_set = {});
 /// Out-of-place form: `output` must have the shape and dtype of `input`.
 Handle allreduce_async(const TensorView& input, const TensorView& output, const std::string& name,
                        ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
-                       double postscale_factor = 1.0);
+                       double postscale_factor = 1.0, const ProcessSet& process_set = {});
 /// All tensors negotiated and executed together (atomically); one handle for the group.
 Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std::string& name = "",
                                ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
-                               double postscale_factor = 1.0);
-/// In place: every rank ends with root_rank's values.
-Handle broadcast_async(const TensorView& tensor, int root_rank, const std::string& name = "");
+                               double postscale_factor = 1.0, const ProcessSet& process_set = {});
+/// In place: every rank ends with root_rank's values (root_rank within the set).
+Handle broadcast_async(const TensorView& tensor, int root_rank, const std::string& name = "",
+                       const ProcessSet& process_set = {});
+
+/// Concatenation along the first dimension of every rank's tensor, in rank order. The first
+/// dimension may differ between ranks (zero included); the others must match. The output
+/// (Handle::output()) is allocated by hvd, or by `allocator`, once negotiation knows every
+/// rank's size. Several allgathers ready together are fused into one MPI_Allgatherv.
+Handle allgather_async(const TensorView& tensor, const std::string& name = "",
+                       const ProcessSet& process_set = {}, const Allocator& allocator = nullptr);
+/// All tensors negotiated and executed together; one handle per tensor (each with its output).
+std::vector<Handle> grouped_allgather_async(const std::vector<TensorView>& tensors,
+                                            const std::string& name = "",
+                                            const ProcessSet& process_set = {});
+/// Sends rows of the first dimension to each rank: `splits[j]` rows (consecutive, in rank
+/// order) go to rank j; empty splits = an equal split (the first dimension must then divide
+/// evenly). The output concatenates what every rank sent here, in rank order;
+/// Handle::received_splits() says how many rows came from each rank.
+Handle alltoall_async(const TensorView& tensor, const std::vector<int64_t>& splits = {},
+                      const std::string& name = "", const ProcessSet& process_set = {},
+                      const Allocator& allocator = nullptr);
+/// Reduces (Sum or Average, with pre/postscale) across ranks and gives each rank its slice of
+/// the first dimension: with R rows over N ranks, ranks 0 .. R%N-1 get R/N+1 rows and the rest
+/// R/N rows, in order; with fewer rows than ranks the last ranks get empty slices (first
+/// dimension 0). The output (Handle::output()) is allocated by hvd.
+Handle reducescatter_async(const TensorView& tensor, const std::string& name = "",
+                           ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
+                           double postscale_factor = 1.0, const ProcessSet& process_set = {});
+std::vector<Handle> grouped_reducescatter_async(const std::vector<TensorView>& tensors,
+                                                const std::string& name = "",
+                                                ReduceOp op = ReduceOp::kAverage,
+                                                double prescale_factor = 1.0,
+                                                double postscale_factor = 1.0,
+                                                const ProcessSet& process_set = {});
 
 /// Synchronous forms: submit and wait; throw hvd::Error on failure.
 void allreduce(const TensorView& tensor, const std::string& name = "",
                ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
-               double postscale_factor = 1.0);
+               double postscale_factor = 1.0, const ProcessSet& process_set = {});
 void grouped_allreduce(const std::vector<TensorView>& tensors, const std::string& name = "",
                        ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
-                       double postscale_factor = 1.0);
-void broadcast(const TensorView& tensor, int root_rank, const std::string& name = "");
-/// Returns once every rank has called barrier().
-void barrier();
+                       double postscale_factor = 1.0, const ProcessSet& process_set = {});
+void broadcast(const TensorView& tensor, int root_rank, const std::string& name = "",
+               const ProcessSet& process_set = {});
+/// Synchronous forms of the size-deciding collectives return the completed handle: read
+/// Handle::output() (and received_splits()) from it.
+Handle allgather(const TensorView& tensor, const std::string& name = "",
+                 const ProcessSet& process_set = {});
+Handle alltoall(const TensorView& tensor, const std::vector<int64_t>& splits = {},
+                const std::string& name = "", const ProcessSet& process_set = {});
+Handle reducescatter(const TensorView& tensor, const std::string& name = "",
+                     ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
+                     double postscale_factor = 1.0, const ProcessSet& process_set = {});
+/// Returns once every rank of the set has called barrier().
+void barrier(const ProcessSet& process_set = {});
+
+/// Declares that this rank has no more work for now (e.g. it ran out of batches) and blocks
+/// until every rank of the set has called join(); returns the last rank to join (of those
+/// joining in the same negotiation round, the highest). Meanwhile this rank takes part in the
+/// other ranks' allreduces (contributing zeros; Average divides by the number of ranks that
+/// contributed data, not the set size), allgathers (contributing no rows) and broadcasts (not
+/// as root), so they never hang. An alltoall, reducescatter or a broadcast rooted at a joined
+/// rank fails on the other ranks with an error naming the joined ranks.
+int join(const ProcessSet& process_set = {});
+
+/// Collective over all ranks, each passing the same global ranks (distinct, in range; a rank
+/// need not be a member to take part). Returns the new set; throws hvd::Error on invalid or
+/// differing lists. The MPI backend needs MPI_THREAD_MULTIPLE (see mpi_threads_supported()).
+ProcessSet add_process_set(const std::vector<int>& ranks);
+/// Collective over all ranks. Throws when a rank still has collectives in flight on the set.
+void remove_process_set(const ProcessSet& process_set);
+/// Every existing set, the global one first.
+std::vector<ProcessSet> process_sets();
 
 /// True once the collective finished. Never blocks.
 bool poll(const Handle& h);

@@ -35,6 +35,9 @@ struct Config {
   std::string timeline;
   /// Host name used in log prefixes (HVD_HOSTNAME, set by hvdrun).
   std::string hostname;
+  /// GPU allreduce as NCCL reduce-scatter inside each node, MPI allreduce across nodes, NCCL
+  /// allgather inside the node (HVD_HIERARCHICAL_ALLREDUCE=1).
+  bool hierarchical_allreduce = false;
 
   /// Reads the variables through `lookup` (getenv in production). Bad values are errors naming
   /// the variable; unknown HVD_* names are returned in `unknown` for a warning.

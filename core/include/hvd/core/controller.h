@@ -17,6 +17,14 @@
 //     broadcasts the list.
 //  4. The round's list = cached responses, then the broadcast ones. Every rank then caches the
 //     new successful single-tensor responses in list order, so caches stay identical.
+//
+// Join: a rank that called join() clears its bit in a per-rank "joined" word of the round's
+// AND (so every rank learns the joined set) and keeps taking part in rounds. While any rank has
+// joined, every round is a full round, pending cached requests go to rank 0 like uncached ones
+// and nothing new is cached. Rank 0 treats a name as ready once every rank that has not joined
+// submitted it; the response lists the joined ranks that did not submit it (`joined`), which
+// take part with zeros / no rows. Ops a joined rank cannot take part in get an error response.
+// The join itself is ready when every rank joined; its `root` is the last rank to join.
 #pragma once
 
 #include <chrono>
@@ -53,8 +61,10 @@ class Controller {
 
   /// Adds a request of this rank (validated locally already).
   void submit(const Request& r);
-  /// True while this rank has requests not yet answered.
+  /// True while this rank has requests not yet answered (a joined rank always has: its join).
   bool has_pending() const { return !uncached_.empty() || !pending_bits_.empty() || waiting_ > 0; }
+  /// True between submitting a join and its response.
+  bool joined() const { return joined_; }
   /// Runs one round (see the file comment).
   Status run_round(bool want_shutdown, RoundResult* out);
 
@@ -64,8 +74,13 @@ class Controller {
   const ResponseCache& cache() const { return cache_; }
 
  private:
-  void coordinator_add(const Request& r, std::vector<Response>* ready);
-  void cache_new_responses(const std::vector<Response>& responses);
+  struct Pending;
+  void coordinator_add(const Request& r, const std::vector<int>& joined,
+                       std::vector<Response>* ready);
+  bool coordinator_ready(const Pending& p, const std::vector<int>& joined) const;
+  void coordinator_sweep(const std::vector<int>& joined, std::vector<Response>* ready);
+  void coordinator_emit(const std::string& name, int last_rank, std::vector<Response>* ready);
+  void cache_new_responses(const std::vector<Response>& responses, bool any_joined);
 
   Transport* transport_;
   ResponseCache cache_;
@@ -75,6 +90,7 @@ class Controller {
   std::set<uint32_t> invalid_bits_;               // cache entries my requests contradict
   int64_t waiting_ = 0;                           // sent to rank 0, no response yet
   std::unordered_map<std::string, Request> sent_; // name -> my request sent to rank 0
+  bool joined_ = false;                           // join() submitted, not yet answered
 
   // Coordinator (rank 0) state.
   struct Pending {
@@ -82,6 +98,7 @@ class Controller {
     int count = 0;
     uint64_t arrival = 0;
     std::chrono::steady_clock::time_point since;
+    bool is_join = false;
   };
   std::unordered_map<std::string, Pending> table_;
   uint64_t arrivals_ = 0;

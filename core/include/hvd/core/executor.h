@@ -2,6 +2,7 @@
 // The executor seam: backends (MPI, NCCL, test) implement how a negotiated response runs.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,12 @@ struct TensorEntry {
   /// Allocates the output of allgather/alltoall once its shape is known; null = hvd allocates.
   std::function<void*(const std::vector<int64_t>& shape)> allocator;
 };
+
+/// Gives `e` an output of `shape` (allgather, alltoall, reducescatter: sizes negotiation
+/// decided): through `e->allocator` when set, else in `e->handle->owned_output`. Sets
+/// `e->output`, `e->handle->output` and `e->handle->output_shape`. Errors when the allocator
+/// returns null for a non-empty shape.
+Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape);
 
 /// Runs responses of one device kind. Called only from the background thread.
 class Executor {

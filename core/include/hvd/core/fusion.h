@@ -15,14 +15,17 @@ struct FusionOptions {
 };
 
 /// Merges runs of consecutive allreduce responses whose dtype, device kind, reduce op, scale
-/// factors and process set agree, while the fused size stays within the threshold. The device
+/// factors, process set and joined ranks agree, while the fused size stays within the
+/// threshold. Runs of consecutive allgathers with the same dtype, device kind, process set and
+/// joined ranks merge the same way (their rank_rows are concatenated name by name; the size
+/// counted is the gathered size). The device
 /// index is ignored: it differs between ranks and the plan must be the same on every rank.
 /// Tensors of at least `direct_bytes` are never fused. Error and non-allreduce responses pass
 /// through unchanged, as do grouped responses (already one response). The relative order of
 /// tensors is preserved.
 std::vector<Response> plan_fusion(const std::vector<Response>& responses, const FusionOptions& opt);
 
-/// Bytes of all tensors of a response.
+/// Bytes of all tensors of a response (allgather: of the gathered outputs).
 int64_t response_bytes(const Response& r);
 
 }  // namespace hvd::core

@@ -24,9 +24,11 @@ struct HandleState {
   /// Outputs whose size negotiation decides (allgather, alltoall): shape and the buffer hvd
   /// allocated when the caller gave no allocator.
   std::vector<int64_t> output_shape;
-  std::vector<uint8_t> owned_output;
+  std::unique_ptr<uint8_t[]> owned_output;  ///< not zero-filled: the collective writes it all
   TensorView output;
   std::vector<int64_t> received_splits;  ///< alltoall
+  /// join: the last rank to join; add_process_set: the new set's id.
+  int64_t result = -1;
   std::function<void(const Status&)> callback;
 
   /// Completes once; later calls are ignored.

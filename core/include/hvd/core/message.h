@@ -20,6 +20,8 @@ enum class OpType : uint8_t {
   kAlltoall,
   kReducescatter,
   kJoin,
+  kAddProcessSet,     ///< global set only: `splits` holds the new set's global ranks
+  kRemoveProcessSet,  ///< global set only: `root` holds the id, `splits` {1} when busy here
 };
 const char* op_name(OpType op);
 
@@ -38,7 +40,8 @@ struct Request {
   int32_t process_set = 0;
   std::string group;                ///< non-empty for grouped ops: shared key of the group
   int32_t group_size = 0;           ///< number of members of `group`
-  std::vector<int64_t> splits;      ///< alltoall: rows sent to each rank
+  std::vector<int64_t> splits;      ///< alltoall: rows sent to each rank (empty: equal split);
+                                    ///< add_process_set: the global ranks of the new set
 
   /// True when two requests describe the same collective (everything but `rank`).
   bool same_params(const Request& o) const;
@@ -56,8 +59,16 @@ struct Response {
   double postscale = 1.0;
   Device device;
   int32_t process_set = 0;
-  std::vector<int64_t> numels;      ///< elements of each named tensor (on this rank's side)
-  std::vector<int64_t> rank_rows;   ///< allgather: first dimension of each rank, per name
+  /// Elements of each named tensor (on this rank's side). allgather, alltoall and
+  /// reducescatter: elements of one row (product of the dimensions after the first).
+  std::vector<int64_t> numels;
+  /// allgather: first dimension of every rank, per name (rank_rows[name * size + rank]).
+  /// alltoall: rows rank i sends to rank j at [i * size + j]. add_process_set: the new set's
+  /// global ranks.
+  std::vector<int64_t> rank_rows;
+  /// Ranks that joined (hvd::join) without submitting this collective: they take part with
+  /// zeros (allreduce), no rows (allgather) or a scratch buffer (broadcast). Ascending.
+  std::vector<int64_t> joined;
   std::string error;                ///< non-empty: this is an error response
   bool is_error() const { return !error.empty(); }
 };
@@ -70,7 +81,7 @@ struct RequestList {
 
 /// The coordinator's answer for one round.
 struct ResponseList {
-  std::vector<Response> responses;
+  std::vector<Response> responses;  ///< each carries its own joined ranks
   std::vector<int32_t> shutdown_ranks;  ///< ranks that asked to shut down (empty: none)
 };
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -22,16 +23,37 @@
 
 namespace hvd::core {
 
+struct RuntimeParts;
+/// Builds the parts of process set `id` made of the global ranks `ranks`. Called on the global
+/// set's background thread of every rank, in the same order everywhere (it may make collective
+/// calls over the global set). Ranks outside the set leave `out->transport` null.
+using ProcessSetFactory =
+    std::function<Status(int32_t id, const std::vector<int32_t>& ranks, RuntimeParts* out)>;
+
 /// What a backend contributes to a runtime.
 struct RuntimeParts {
-  std::unique_ptr<Transport> transport;     ///< negotiation over the global process set
+  std::unique_ptr<Transport> transport;     ///< negotiation over this runtime's process set
   std::unique_ptr<Executor> host_executor;  ///< host-memory collectives
   std::unique_ptr<Executor> device_executor;///< device collectives; null when not built
   std::string no_device_reason = "this build of hvd has no GPU support (HVD_WITH_NCCL=OFF)";
+  /// Global set only: builds the parts of added process sets; null = add_process_set fails.
+  ProcessSetFactory make_process_set{};
+  /// Process set id of this runtime (0: the global set).
+  int32_t process_set = 0;
+  /// Kept alive as long as the runtime built from these parts (communicators, hubs); released
+  /// before the transport and executors, whose destructors must not use it.
+  std::shared_ptr<void> resources{};
 };
 
 /// User threads call enqueue(); only the background thread talks to the transport and the
 /// executors. `run_once()` runs one cycle on the caller's thread, for tests that step it.
+///
+/// Process sets: the global runtime (set 0) owns one child Runtime per added set this rank is a
+/// member of, each with its own transport, executors, controller (and cache) and background
+/// thread, so work on disjoint sets proceeds concurrently and a stall in one set never blocks
+/// another (the MPI backend needs MPI_THREAD_MULTIPLE for more than one set). Sets are added
+/// and removed by collectives over the global set, executed by the global background thread
+/// in the same order on every rank, so set ids agree everywhere.
 class Runtime {
  public:
   Runtime(Config config, RuntimeParts parts);
@@ -42,7 +64,22 @@ class Runtime {
   /// Starts the background thread.
   void start();
   /// Submits a collective; never blocks on other ranks. Bad requests give a failed handle.
+  /// On the global runtime, an entry for another process set goes to that set's runtime.
   Handle enqueue(TensorEntry entry);
+
+  /// Collective over the global set (call on the global runtime): every rank passes the same
+  /// global ranks. The handle's state()->result is the new set's id once it completes.
+  Handle add_process_set(const std::vector<int32_t>& ranks);
+  /// Collective over the global set; fails when some rank still has work in flight on `id`.
+  Handle remove_process_set(int32_t id);
+  /// The runtime running set `id` on this rank (this runtime for its own id). Errors name the
+  /// set: unknown or removed, or this rank is not a member.
+  Result<std::shared_ptr<Runtime>> process_set(int32_t id);
+  /// Global ranks of set `id` (all ranks for 0); empty when there is no such set.
+  std::vector<int32_t> process_set_ranks(int32_t id) const;
+  /// Ids of the sets that exist (0 first).
+  std::vector<int32_t> process_set_ids() const;
+  int32_t process_set_id() const { return parts_.process_set; }
   /// Finishes or fails everything in flight, stops the background thread. Idempotent.
   void shutdown();
   /// Fails every pending handle and every later call with `s` (fatal transport error, dead peer).
@@ -67,7 +104,9 @@ class Runtime {
   bool wait_for_work(std::vector<Request>* fresh, bool* want_shutdown);
   void check_stalls();
   void execute(const Response& r);
+  Status execute_process_set_op(const Response& r, TensorEntry* e);
   std::string key(int32_t ps, const std::string& name) const;
+  void shutdown_children();
 
   Config config_;
   RuntimeParts parts_;
@@ -79,6 +118,10 @@ class Runtime {
   std::deque<std::string> queue_;                          // keys of newly enqueued entries
   std::unordered_map<std::string, TensorEntry> table_;     // key -> entry
   bool shutdown_requested_ = false;
+  bool sleeping_ = false;
+  int fruitless_rounds_ = 0;  // consecutive rounds that matched nothing (background thread only)  // the loop is blocked waiting for the first request of a burst
+  static constexpr std::chrono::microseconds kSettleStep{30};
+  static constexpr std::chrono::microseconds kSettleCap{1000};
   bool stopped_ = false;
   Status stop_status_;
   std::thread thread_;
@@ -86,6 +129,13 @@ class Runtime {
   std::condition_variable exit_cv_;
   std::chrono::steady_clock::time_point last_stall_check_{};
   Stats stats_;
+
+  // Process sets (global runtime only). sets_mu_ is never held while calling into a child.
+  mutable std::mutex sets_mu_;
+  std::map<int32_t, std::shared_ptr<Runtime>> children_;   // sets this rank is a member of
+  std::map<int32_t, std::vector<int32_t>> set_ranks_;      // every set: its global ranks
+  int32_t next_set_id_ = 1;
+  uint64_t set_ops_ = 0;                                   // names of add/remove requests
 };
 
 }  // namespace hvd::core

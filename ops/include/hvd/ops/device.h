@@ -2,12 +2,18 @@
 // Wiring of the device (GPU) executor into a runtime, when this build has one.
 #pragma once
 
+#include <mpi.h>
+
+#include "hvd/core/config.h"
 #include "hvd/core/runtime.h"
 
 namespace hvd::ops {
 
 /// Adds the NCCL executor when the build has NCCL and a CUDA device is usable; otherwise leaves
-/// `device_executor` null and explains why in `no_device_reason`.
-void add_device_executor(core::RuntimeParts* parts);
+/// `device_executor` null and explains why in `no_device_reason` (a build without NCCL, no
+/// driver, no device). `data` is the data communicator of the runtime's process set: the NCCL
+/// unique ids are broadcast over it (collectively, on first use of a device, from the
+/// background thread). Creates no NCCL communicator and makes no collective call itself.
+void add_device_executor(core::RuntimeParts* parts, MPI_Comm data, const core::Config& config);
 
 }  // namespace hvd::ops

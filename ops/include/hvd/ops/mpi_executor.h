@@ -15,6 +15,15 @@ namespace hvd::ops {
 /// buffer (prescale applied on the way in, postscale and averaging on the way out), reduced
 /// once, and copied back; a single tensor is reduced in place. float16 and bfloat16 are reduced
 /// through float32 so the accumulation is in float.
+///
+/// allgather: one MPI_Allgatherv; a single tensor goes straight from its input into the output,
+/// fused tensors through a send buffer laid out tensor after tensor and a receive buffer laid out
+/// rank after rank (each rank's block holding its rows of every tensor in name order).
+/// alltoall: MPI_Alltoallv with the split matrix negotiation already agreed (no count exchange).
+/// reducescatter: MPI_Reduce_scatter; rank i gets rows [start_i, start_i + rows_i) of the
+/// reduced tensor, where the first `rows % size` ranks get `rows / size + 1` rows and the rest
+/// `rows / size` (so with fewer rows than ranks the last ranks get empty slices).
+/// Joined ranks (Response::joined) are not counted when averaging.
 class MpiExecutor : public core::Executor {
  public:
   explicit MpiExecutor(MPI_Comm comm);
@@ -24,13 +33,23 @@ class MpiExecutor : public core::Executor {
  private:
   Status allreduce(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
   Status broadcast(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
+  Status allgather(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
+  Status alltoall(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
+  Status reducescatter(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
   /// MPI_Allreduce in place, split into calls of at most 2^30 elements.
   Status reduce_buffer(void* data, int64_t count, MPI_Datatype type, MPI_Op op);
   uint8_t* fusion_buffer(size_t bytes);
+  /// A second persistent buffer (fused allgather receives here while sending from fusion_).
+  uint8_t* gather_buffer(size_t bytes);
 
   MPI_Comm comm_;
   int size_ = 1, rank_ = 0;
-  std::vector<uint8_t> fusion_;
+  std::vector<uint8_t> fusion_, gather_;
 };
+
+/// Rows of dim 0 that rank `rank` of `size` gets from reducescatter of `rows` rows.
+int64_t reducescatter_rows(int64_t rows, int size, int rank);
+/// First row of that slice.
+int64_t reducescatter_start(int64_t rows, int size, int rank);
 
 }  // namespace hvd::ops

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+// hvd_bench: hvd allreduce of K tensors of S floats vs one raw MPI_Allreduce of the same bytes
+// and vs K raw MPI_Allreduce calls. Prints medians (max over ranks per iteration) and ratios.
+//
+//   mpirun -np 2 --bind-to none build/bench/hvd_bench [--iters N] [--case KxS]
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hvd/hvd.h"
+
+namespace {
+
+struct Case {
+  int k;
+  int64_t s;
+  const char* label;
+};
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median over iterations of the slowest rank's time.
+double median_ms(int iters, const std::function<void()>& body) {
+  std::vector<double> t;
+  for (int i = 0; i < iters + 3; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now_ms();
+    body();
+    double dt = now_ms() - t0, worst = 0;
+    MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (i >= 3) t.push_back(worst);  // first iterations warm up (and fill the response cache)
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 30;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: hvd_bench [--iters N] [--case KxS]\n");
+      return 2;
+    }
+  }
+  hvd::init();
+  const int rank = hvd::rank();
+  const Case cases[] = {{1, 1 << 20, "1x1Mi"}, {64, 16 << 10, "64x16Ki"},
+                        {16, 1 << 20, "16x1Mi"}, {1024, 256, "1024x256"}};
+  if (rank == 0) {
+    std::printf("hvd_bench: allreduce (Sum, float32), np=%d, %d iterations, median of slowest rank\n",
+                hvd::size(), iters);
+    std::printf("%-10s %10s %12s %12s %12s %8s\n", "case", "MiB", "hvd ms", "raw1 ms", "rawK ms",
+                "ratio");
+  }
+  for (const Case& c : cases) {
+    if (!only.empty() && only != c.label) continue;
+    std::vector<std::vector<float>> ts(static_cast<size_t>(c.k),
+                                       std::vector<float>(static_cast<size_t>(c.s), 1.0f));
+    std::vector<float> flat(static_cast<size_t>(c.k * c.s), 1.0f);
+    std::vector<std::string> names;
+    for (int j = 0; j < c.k; ++j) names.push_back(std::string(c.label) + "." + std::to_string(j));
+    std::vector<hvd::Handle> hs(static_cast<size_t>(c.k));
+
+    double t_hvd = median_ms(iters, [&] {
+      for (int j = 0; j < c.k; ++j) {
+        hs[static_cast<size_t>(j)] = hvd::allreduce_async(
+            hvd::TensorView(ts[static_cast<size_t>(j)].data(), hvd::DataType::kFloat32, {c.s}),
+            names[static_cast<size_t>(j)], hvd::ReduceOp::kSum);
+      }
+      for (auto& h : hs) h.wait();
+    });
+    double t_raw1 = median_ms(iters, [&] {
+      MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+    });
+    double t_rawk = median_ms(iters, [&] {
+      for (auto& t : ts) {
+        MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+      }
+    });
+    if (rank == 0) {
+      double best = std::min(t_raw1, t_rawk);
+      std::printf("%-10s %10.2f %12.3f %12.3f %12.3f %7.2fx\n", c.label,
+                  static_cast<double>(c.k * c.s * 4) / (1 << 20), t_hvd, t_raw1, t_rawk,
+                  t_hvd / best);
+      std::fflush(stdout);
+    }
+  }
+  hvd::shutdown();
+  return 0;
+}

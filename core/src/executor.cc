@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0
+// Output allocation for collectives whose output size negotiation decides.
+#include "hvd/core/executor.h"
+
+namespace hvd::core {
+
+Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
+  const DataType t = e->request.dtype;
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(t);
+  void* data = nullptr;
+  if (e->allocator) {
+    data = e->allocator(shape);
+    if (data == nullptr && bytes > 0) {
+      return invalid_argument(std::string(op_name(e->request.op)) + " '" + e->request.name +
+                              "': the output allocator returned null for shape " +
+                              shape_str(shape));
+    }
+  } else {
+    e->handle->owned_output.reset(new uint8_t[bytes > 0 ? bytes : 1]);  // uninitialised
+    data = e->handle->owned_output.get();
+  }
+  e->output = TensorView(data, t, shape, e->input.device);
+  e->handle->output = e->output;
+  e->handle->output_shape = shape;
+  return Status::OK();
+}
+
+}  // namespace hvd::core

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+// Process sets: child runtimes of the global runtime, added and removed by global collectives.
+#include <algorithm>
+#include <future>
+
+#include "hvd/core/logging.h"
+#include "hvd/core/runtime.h"
+#include "hvd/core/validation.h"
+
+namespace hvd::core {
+namespace {
+
+std::string set_str(const std::vector<int32_t>& ranks) {
+  return rank_ranges(std::vector<int>(ranks.begin(), ranks.end()));
+}
+
+}  // namespace
+
+Handle Runtime::add_process_set(const std::vector<int32_t>& ranks) {
+  TensorEntry e;
+  e.request.op = OpType::kAddProcessSet;
+  e.request.name = "process_set.add." + std::to_string(set_ops_++);
+  e.request.dtype = DataType::kUInt8;
+  e.request.shape = {0};
+  e.request.rank = rank_;
+  e.request.process_set = parts_.process_set;
+  e.request.splits.assign(ranks.begin(), ranks.end());
+  e.input = e.output = TensorView(nullptr, DataType::kUInt8, {0});
+  if (parts_.process_set != 0) {
+    auto h = std::make_shared<HandleState>();
+    h->complete(precondition("add_process_set: call it on the global process set"));
+    return Handle(h);
+  }
+  return enqueue(std::move(e));
+}
+
+Handle Runtime::remove_process_set(int32_t id) {
+  TensorEntry e;
+  e.request.op = OpType::kRemoveProcessSet;
+  e.request.name = "process_set.remove." + std::to_string(set_ops_++);
+  e.request.dtype = DataType::kUInt8;
+  e.request.shape = {0};
+  e.request.rank = rank_;
+  e.request.root = id;
+  e.request.process_set = parts_.process_set;
+  e.input = e.output = TensorView(nullptr, DataType::kUInt8, {0});
+  auto fail = [](Status s) {
+    auto h = std::make_shared<HandleState>();
+    h->complete(std::move(s));
+    return Handle(h);
+  };
+  const std::string who = "remove_process_set(" + std::to_string(id) + ")";
+  if (parts_.process_set != 0) return fail(precondition(who + ": call it on the global set"));
+  if (id == 0) return fail(invalid_argument(who + ": the global process set cannot be removed"));
+  std::shared_ptr<Runtime> child;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    if (!set_ranks_.count(id)) {
+      return fail(invalid_argument(who + ": there is no process set " + std::to_string(id) +
+                                   " (never added, or removed already)"));
+    }
+    auto it = children_.find(id);
+    if (it != children_.end()) child = it->second;
+  }
+  bool busy = false;
+  if (child) {
+    std::lock_guard<std::mutex> lk(child->mu_);
+    busy = !child->table_.empty();
+  }
+  e.request.splits = {busy ? 1 : 0};
+  return enqueue(std::move(e));
+}
+
+Result<std::shared_ptr<Runtime>> Runtime::process_set(int32_t id) {
+  if (id == parts_.process_set) return std::shared_ptr<Runtime>(std::shared_ptr<Runtime>(), this);
+  if (parts_.process_set != 0) {
+    return invalid_argument("process set " + std::to_string(id) +
+                            " is not reachable from process set " +
+                            std::to_string(parts_.process_set));
+  }
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  auto r = set_ranks_.find(id);
+  if (r == set_ranks_.end()) {
+    return invalid_argument("there is no process set " + std::to_string(id) +
+                            " (never added, or removed already)");
+  }
+  auto c = children_.find(id);
+  if (c == children_.end()) {
+    return invalid_argument("rank " + std::to_string(rank_) + " is not a member of process set " +
+                            std::to_string(id) + " (ranks " + set_str(r->second) + ")");
+  }
+  return c->second;
+}
+
+std::vector<int32_t> Runtime::process_set_ranks(int32_t id) const {
+  if (id == 0) {
+    std::vector<int32_t> all(static_cast<size_t>(size_));
+    for (int i = 0; i < size_; ++i) all[static_cast<size_t>(i)] = i;
+    return all;
+  }
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  auto it = set_ranks_.find(id);
+  return it == set_ranks_.end() ? std::vector<int32_t>{} : it->second;
+}
+
+std::vector<int32_t> Runtime::process_set_ids() const {
+  std::vector<int32_t> ids = {0};
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  for (const auto& kv : set_ranks_) ids.push_back(kv.first);
+  return ids;
+}
+
+Status Runtime::execute_process_set_op(const Response& r, TensorEntry* e) {
+  if (r.op == OpType::kAddProcessSet) {
+    std::vector<int32_t> ranks(r.rank_rows.begin(), r.rank_rows.end());
+    const int32_t id = next_set_id_++;
+    const std::string who = "add_process_set(" + shape_str(r.rank_rows) + ")";
+    if (!parts_.make_process_set) {
+      return invalid_argument(who + ": this runtime cannot create process sets");
+    }
+    RuntimeParts p;
+    p.process_set = id;
+    Status s = parts_.make_process_set(id, ranks, &p);
+    if (!s.ok()) return Status(s.code(), who + ": " + s.message());
+    p.process_set = id;
+    std::shared_ptr<Runtime> child;
+    if (p.transport) {
+      child = std::make_shared<Runtime>(config_, std::move(p));
+      child->start();
+    }
+    {
+      std::lock_guard<std::mutex> lk(sets_mu_);
+      set_ranks_[id] = ranks;
+      if (child) children_[id] = child;
+    }
+    e->handle->result = id;
+    HVD_LOG(Debug) << "process set " << id << " added: ranks " << set_str(ranks);
+    return Status::OK();
+  }
+  // Remove: the set's members stop its runtime together (a negotiated shutdown of the set).
+  const int32_t id = r.root;
+  std::shared_ptr<Runtime> child;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    auto it = children_.find(id);
+    if (it != children_.end()) {
+      child = it->second;
+      children_.erase(it);
+    }
+    set_ranks_.erase(id);
+  }
+  if (child) child->shutdown();
+  e->handle->result = id;
+  return Status::OK();
+}
+
+void Runtime::shutdown_children() {
+  std::map<int32_t, std::shared_ptr<Runtime>> children;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    children.swap(children_);
+    set_ranks_.clear();
+  }
+  // Ascending ids on every rank: each set's shutdown waits only for that set's members, who
+  // reach it after the same earlier sets.
+  for (auto& kv : children) kv.second->shutdown();
+}
+
+}  // namespace hvd::core

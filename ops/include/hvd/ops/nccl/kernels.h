@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device kernels of the NCCL executor: the batched copy (many tensors into or out of the
+// fusion buffer in one launch, scaling on the way) and the ncclDataType mapping.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstdint>
+
+#include "hvd/core/types.h"
+
+namespace hvd::ops::nccl {
+
+/// One tensor's piece of a batched copy: `count` elements from `src` to `dst` (device
+/// pointers). A null `src` writes zeros (a joined rank's stand-in contribution).
+struct CopyDesc {
+  const void* src;
+  void* dst;
+  int64_t count;
+};
+
+/// How elements are scaled on the way: floating types are multiplied by `factor` (float16 and
+/// bfloat16 through float); integers are divided by `divisor` when it is > 1 (Average of
+/// integers truncates, as on the host), else multiplied in double and truncated when
+/// `factor` != 1.
+struct Scale {
+  double factor = 1.0;
+  int64_t divisor = 1;
+  bool identity() const { return factor == 1.0 && divisor <= 1; }
+};
+
+/// Runs every copy of `descs` (already in device memory, `n` of them, `max_count` the largest
+/// count) in ONE kernel launch on `stream`. A pure copy moves 16 bytes per thread where the
+/// pointers and sizes allow; a scaled copy works element by element in `dtype`. Returns the
+/// launch error (cudaSuccess when none). Scaling bool or int16 is not supported (they are
+/// never reduced on the device).
+cudaError_t launch_batched_copy(const CopyDesc* descs, int n, int64_t max_count, DataType dtype,
+                                const Scale& scale, cudaStream_t stream);
+
+/// NCCL type for `t`; false for types NCCL cannot reduce (int16, bool).
+bool nccl_type(DataType t, ncclDataType_t* out);
+
+}  // namespace hvd::ops::nccl

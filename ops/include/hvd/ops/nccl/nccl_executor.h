@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device-memory collectives over NCCL.
+#pragma once
+
+#include <mpi.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvd/core/executor.h"
+
+namespace hvd::ops::nccl {
+
+struct DeviceState;  // per-device stream, communicators, buffers (src/nccl/device_state.h)
+
+struct NcclOptions {
+  /// Allreduce as NCCL reduce-scatter in the node, MPI allreduce across nodes, NCCL allgather
+  /// in the node (HVD_HIERARCHICAL_ALLREDUCE). Flat when the job has one node or nodes have
+  /// different numbers of ranks in this set.
+  bool hierarchical_allreduce = false;
+};
+
+/// Runs negotiated responses on CUDA tensors with NCCL.
+///
+/// Communicators: one per local device used by this process set (the device set is "each
+/// rank's device for this tensor"), created lazily by the first response that needs it: rank 0
+/// of `comm` makes the unique id and broadcasts it over `comm` (the set's MPI data
+/// communicator). Every rank executes the same responses in the same order, so every rank
+/// creates it at the same response — provided each rank's tensors of a response live on the
+/// device it used before (one GPU per rank, Horovod's model; a rank that changes device alone
+/// would wait in communicator creation for its peers).
+///
+/// Streams and events: hvd owns one non-blocking stream per device. Before launching, that
+/// stream waits (cudaStreamWaitEvent, on the device) for each input's `ready_event`, or for an
+/// event hvd records on the input's `stream` — never a device-wide synchronisation. Completion
+/// is an event recorded after the last kernel; execute() polls it (spinning briefly, then
+/// sleeping) and checks ncclCommGetAsyncError meanwhile, so an asynchronous NCCL error aborts
+/// the communicator and fails the response instead of hanging; every later response on that
+/// communicator fails with the same cause. (The Executor seam is synchronous: the background
+/// thread waits for this response's GPU work before it completes the handles.)
+///
+/// Allreduce: a single tensor is reduced in place (input -> output); several are copied into
+/// the device fusion buffer by ONE batched-copy kernel (prescale applied on the way), reduced
+/// by one ncclAllReduce, and copied out by one kernel (postscale, integer averaging). Average
+/// uses ncclAvg for floating types when no rank joined, else Sum and a division.
+/// allgather: ncclAllGather when every rank has the same count, else grouped send/recv.
+/// broadcast: one ncclBroadcast per tensor in one group. alltoall: grouped ncclSend/ncclRecv.
+/// reducescatter: the hvd split (first rows % size ranks get one more row) padded to equal
+/// blocks by one copy kernel, then ncclReduceScatter.
+///
+/// Inputs and outputs are checked with cudaPointerGetAttributes before anything is launched:
+/// a host or invalid pointer fails the response with a status naming the tensor. Outputs whose
+/// size negotiation decides (allgather, alltoall, reducescatter) need an allocator that returns
+/// device memory.
+class NcclExecutor : public core::Executor {
+ public:
+  NcclExecutor(MPI_Comm comm, NcclOptions opts);
+  ~NcclExecutor() override;
+  Status execute(const core::Response& r, const std::vector<core::TensorEntry*>& entries) override;
+  std::string name() const override { return "nccl"; }
+
+ private:
+  Result<DeviceState*> device_for(const core::Response& r,
+                                  const std::vector<core::TensorEntry*>& es);
+  Status allreduce(DeviceState* d, const core::Response& r,
+                   const std::vector<core::TensorEntry*>& es);
+  Status hierarchical_allreduce(DeviceState* d, void* buf, int64_t count, const core::Response& r);
+  Status broadcast(DeviceState* d, const core::Response& r,
+                   const std::vector<core::TensorEntry*>& es);
+  Status allgather(DeviceState* d, const core::Response& r,
+                   const std::vector<core::TensorEntry*>& es);
+  Status alltoall(DeviceState* d, const core::Response& r,
+                  const std::vector<core::TensorEntry*>& es);
+  Status reducescatter(DeviceState* d, const core::Response& r,
+                       const std::vector<core::TensorEntry*>& es);
+
+  MPI_Comm comm_;
+  NcclOptions opts_;
+  int size_ = 1, rank_ = 0;
+  int last_device_ = -1;
+  std::map<int, std::unique_ptr<DeviceState>> devices_;
+};
+
+}  // namespace hvd::ops::nccl

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// The free-function API for collectives whose output size negotiation decides (allgather,
+// alltoall, reducescatter, grouped forms) and for join.
+#include "api_internal.h"
+#include "hvd/core/validation.h"
+
+namespace hvd {
+
+using core::OpType;
+using detail::auto_name;
+using detail::make_request;
+using detail::set_runtime;
+using detail::submit;
+
+namespace {
+
+core::TensorEntry sized_entry(const core::Runtime& rt, OpType op, const TensorView& t,
+                              const std::string& name, const Allocator& allocator) {
+  core::TensorEntry e;
+  e.request = make_request(op, name, t, rt);
+  e.input = t;
+  e.output = TensorView(nullptr, t.dtype, {0}, t.device);  // allocated at execution
+  e.allocator = allocator;
+  return e;
+}
+
+core::TensorEntry reducescatter_entry(const core::Runtime& rt, const TensorView& t,
+                                      const std::string& name, ReduceOp op, double pre,
+                                      double post) {
+  core::TensorEntry e = sized_entry(rt, OpType::kReducescatter, t, name, nullptr);
+  e.request.reduce_op = op;
+  e.request.prescale = pre;
+  e.request.postscale = post;
+  return e;
+}
+
+}  // namespace
+
+Handle allgather_async(const TensorView& tensor, const std::string& name,
+                       const ProcessSet& ps, const Allocator& allocator) {
+  auto rt = set_runtime("allgather_async", name, ps);
+  return submit(*rt, sized_entry(*rt, OpType::kAllgather, tensor,
+                                 auto_name(OpType::kAllgather, name, ps.id()), allocator));
+}
+
+std::vector<Handle> grouped_allgather_async(const std::vector<TensorView>& tensors,
+                                            const std::string& name, const ProcessSet& ps) {
+  auto rt = set_runtime("grouped_allgather_async", name, ps);
+  const std::string group = detail::group_name(OpType::kAllgather, name, ps.id());
+  std::vector<core::TensorEntry> entries;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    entries.push_back(sized_entry(*rt, OpType::kAllgather, tensors[i],
+                                  group + "/" + std::to_string(i), nullptr));
+  }
+  return detail::submit_group(*rt, std::move(entries), group);
+}
+
+Handle alltoall_async(const TensorView& tensor, const std::vector<int64_t>& splits,
+                      const std::string& name, const ProcessSet& ps, const Allocator& allocator) {
+  auto rt = set_runtime("alltoall_async", name, ps);
+  core::TensorEntry e = sized_entry(*rt, OpType::kAlltoall, tensor,
+                                    auto_name(OpType::kAlltoall, name, ps.id()), allocator);
+  e.request.splits = splits;
+  return submit(*rt, std::move(e));
+}
+
+Handle reducescatter_async(const TensorView& tensor, const std::string& name, ReduceOp op,
+                           double prescale_factor, double postscale_factor,
+                           const ProcessSet& ps) {
+  auto rt = set_runtime("reducescatter_async", name, ps);
+  return submit(*rt, reducescatter_entry(*rt, tensor,
+                                         auto_name(OpType::kReducescatter, name, ps.id()), op,
+                                         prescale_factor, postscale_factor));
+}
+
+std::vector<Handle> grouped_reducescatter_async(const std::vector<TensorView>& tensors,
+                                                const std::string& name, ReduceOp op,
+                                                double prescale_factor, double postscale_factor,
+                                                const ProcessSet& ps) {
+  auto rt = set_runtime("grouped_reducescatter_async", name, ps);
+  const std::string group = detail::group_name(OpType::kReducescatter, name, ps.id());
+  std::vector<core::TensorEntry> entries;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    entries.push_back(reducescatter_entry(*rt, tensors[i], group + "/" + std::to_string(i), op,
+                                          prescale_factor, postscale_factor));
+  }
+  return detail::submit_group(*rt, std::move(entries), group);
+}
+
+Handle allgather(const TensorView& tensor, const std::string& name, const ProcessSet& ps) {
+  Handle h = allgather_async(tensor, name, ps);
+  h.wait();
+  return h;
+}
+
+Handle alltoall(const TensorView& tensor, const std::vector<int64_t>& splits,
+                const std::string& name, const ProcessSet& ps) {
+  Handle h = alltoall_async(tensor, splits, name, ps);
+  h.wait();
+  return h;
+}
+
+Handle reducescatter(const TensorView& tensor, const std::string& name, ReduceOp op,
+                     double prescale_factor, double postscale_factor, const ProcessSet& ps) {
+  Handle h = reducescatter_async(tensor, name, op, prescale_factor, postscale_factor, ps);
+  h.wait();
+  return h;
+}
+
+int join(const ProcessSet& ps) {
+  auto rt = set_runtime("join", "", ps);
+  core::TensorEntry e;
+  TensorView none(nullptr, DataType::kUInt8, {0});
+  // One join at a time per set, so a fixed name is unique and the same on every rank.
+  e.request = make_request(OpType::kJoin, "join", none, *rt);
+  e.input = e.output = none;
+  Handle h = submit(*rt, std::move(e));
+  h.wait();
+  return static_cast<int>(h.state()->result);
+}
+
+}  // namespace hvd

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// Helpers shared by the free-function API's source files (not installed).
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvd/core/runtime.h"
+#include "hvd/hvd.h"
+
+namespace hvd::detail {
+
+/// The global runtime; throws naming `fn` before init() / after shutdown().
+core::Runtime& runtime(const char* fn);
+/// The runtime of `ps` on this rank; throws naming the op and tensor when the set does not
+/// exist or this rank is not a member.
+std::shared_ptr<core::Runtime> set_runtime(const char* fn, const std::string& name,
+                                           const ProcessSet& ps);
+/// `name`, or the next deterministic automatic name for (process set, op).
+std::string auto_name(core::OpType op, const std::string& name, int32_t process_set);
+/// The group key of a grouped op: `name`, or an automatic "group.<op>.noname.<n>".
+std::string group_name(core::OpType op, const std::string& name, int32_t process_set);
+Status check_view(const core::Request& r, const TensorView& t, const char* role);
+core::Request make_request(core::OpType op, const std::string& name, const TensorView& t,
+                           const core::Runtime& rt);
+/// Validates locally (throwing hvd::Error for local mistakes) and enqueues.
+Handle submit(core::Runtime& rt, core::TensorEntry e);
+/// Marks `entries` as one group, validates all before enqueuing any, enqueues; one handle each.
+std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntry> entries,
+                                 const std::string& group);
+core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
+                                  const TensorView& out, const std::string& name, ReduceOp op,
+                                  double pre, double post);
+/// The ProcessSetFactory of the MPI backend: splits `parent` (collective over all ranks, on the
+/// global background thread) into a negotiation and a data communicator for `ranks`.
+Status make_process_set_parts(MPI_Comm parent, int world_rank, bool threads_multiple,
+                              std::function<Status()> should_abort, int32_t id,
+                              const std::vector<int32_t>& ranks, core::RuntimeParts* out);
+
+}  // namespace hvd::detail

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host reducescatter over MPI: each rank gets its slice of the reduced first dimension.
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "hvd/ops/cpu_kernels.h"
+#include "hvd/ops/mpi_executor.h"
+#include "hvd/ops/mpi_util.h"
+
+namespace hvd::ops {
+
+using core::Response;
+using core::TensorEntry;
+
+int64_t reducescatter_rows(int64_t rows, int size, int rank) {
+  return rows / size + (rank < rows % size ? 1 : 0);
+}
+
+int64_t reducescatter_start(int64_t rows, int size, int rank) {
+  return rank * (rows / size) + std::min<int64_t>(rank, rows % size);
+}
+
+Status MpiExecutor::reducescatter(const Response& r, const std::vector<TensorEntry*>& es) {
+  const DataType dt = r.dtype;
+  const size_t esize = dtype_size(dt);
+  const double post = r.postscale / (r.reduce_op == ReduceOp::kAverage ? size_ : 1);
+  for (auto* e : es) {
+    const int64_t rows = e->input.shape[0];
+    const int64_t row = r.numels.empty() ? 0 : r.numels[0];
+    if (rows * row > INT_MAX) {
+      return invalid_argument("reducescatter '" + e->request.name +
+                              "': more than 2^31 - 1 elements in one MPI_Reduce_scatter call");
+    }
+    std::vector<int> counts(static_cast<size_t>(size_));
+    for (int j = 0; j < size_; ++j) {
+      counts[static_cast<size_t>(j)] = static_cast<int>(reducescatter_rows(rows, size_, j) * row);
+    }
+    std::vector<int64_t> shape = e->input.shape;
+    shape[0] = reducescatter_rows(rows, size_, rank_);
+    HVD_RETURN_IF_ERROR(core::allocate_output(e, shape));
+    const int64_t total = rows * row, mine = shape[0] * row;
+    static uint8_t dummy[8];
+    void* out = e->output.data ? e->output.data : dummy;
+    if (reduced_as_float(dt)) {  // accumulate float16 / bfloat16 in float32
+      auto* buf = reinterpret_cast<float*>(fusion_buffer(static_cast<size_t>(total) * 4 + 4));
+      auto* res = reinterpret_cast<float*>(gather_buffer(static_cast<size_t>(mine) * 4 + 4));
+      widen_to_float(e->input.data, dt, total, r.prescale, buf);
+      HVD_MPI_CHECK(MPI_Reduce_scatter(buf, res, counts.data(), MPI_FLOAT, MPI_SUM, comm_));
+      narrow_from_float(res, mine, post, dt, out);
+      continue;
+    }
+    const void* send = e->input.data ? e->input.data : dummy;
+    if (r.prescale != 1.0) {  // scale a copy: the input stays untouched
+      uint8_t* buf = fusion_buffer(static_cast<size_t>(total) * esize + 1);
+      std::memcpy(buf, e->input.data, static_cast<size_t>(total) * esize);
+      scale_in_place(buf, dt, total, r.prescale);
+      send = buf;
+    }
+    HVD_MPI_CHECK(MPI_Reduce_scatter(send, out, counts.data(), mpi_type(dt), MPI_SUM, comm_));
+    scale_in_place(out, dt, mine, post);
+  }
+  return Status::OK();
+}
+
+}  // namespace hvd::ops

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+// Per-device state: lazy communicators (unique id over MPI), input waits, completion polling
+// with asynchronous NCCL error detection.
+#include "device_state.h"
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "hvd/core/logging.h"
+#include "hvd/ops/mpi_util.h"
+#include "hvd/ops/nccl/check.h"
+
+namespace hvd::ops::nccl {
+namespace {
+
+size_t round_up(size_t n) {
+  size_t r = 1 << 20;
+  while (r < n) r *= 2;
+  return r;
+}
+
+// Collective over `mpi`: rank 0 makes the id and broadcasts it with a success flag, so a failed
+// ncclGetUniqueId fails every rank instead of leaving them waiting.
+Status init_comm(MPI_Comm mpi, int device, ncclComm_t* out) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(mpi, &rank);
+  MPI_Comm_size(mpi, &size);
+  struct {
+    int ok;
+    ncclUniqueId id;
+  } msg{};
+  if (rank == 0) msg.ok = ncclGetUniqueId(&msg.id) == ncclSuccess ? 1 : 0;
+  HVD_MPI_CHECK(MPI_Bcast(&msg, sizeof(msg), MPI_BYTE, 0, mpi));
+  if (!msg.ok) return internal_error("ncclGetUniqueId failed on rank 0 of the process set");
+  HVD_CUDA_CHECK(cudaSetDevice(device));
+  HVD_NCCL_CHECK(ncclCommInitRank(out, size, msg.id, rank));
+  return Status::OK();
+}
+
+}  // namespace
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr) cudaFree(ptr);
+}
+
+Result<void*> DeviceBuffer::get(size_t bytes) {
+  if (bytes <= size && ptr) return ptr;
+  if (ptr) cudaFree(ptr);
+  ptr = nullptr;
+  size = 0;
+  const size_t n = round_up(bytes);
+  HVD_CUDA_CHECK(cudaMalloc(&ptr, n));
+  size = n;
+  return ptr;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr) cudaFreeHost(ptr);
+}
+
+Result<void*> PinnedBuffer::get(size_t bytes) {
+  if (bytes <= size && ptr) return ptr;
+  if (ptr) cudaFreeHost(ptr);
+  ptr = nullptr;
+  size = 0;
+  const size_t n = round_up(bytes);
+  HVD_CUDA_CHECK(cudaMallocHost(&ptr, n));
+  size = n;
+  return ptr;
+}
+
+Result<std::unique_ptr<DeviceState>> DeviceState::create(int device, MPI_Comm mpi) {
+  auto d = std::make_unique<DeviceState>();
+  d->device = device;
+  d->mpi = mpi;
+  MPI_Comm_rank(mpi, &d->rank);
+  MPI_Comm_size(mpi, &d->size);
+  HVD_CUDA_CHECK(cudaSetDevice(device));
+  HVD_CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+  HVD_CUDA_CHECK(cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming));
+  return d;
+}
+
+DeviceState::~DeviceState() {
+  if (cudaSetDevice(device) != cudaSuccess) return;  // driver gone (process exit): leak
+  if (stream) cudaStreamSynchronize(stream);
+  if (comm) ncclCommDestroy(comm);
+  if (local) ncclCommDestroy(local);
+  for (cudaEvent_t e : input_events) cudaEventDestroy(e);
+  if (done) cudaEventDestroy(done);
+  if (stream) cudaStreamDestroy(stream);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {
+    if (local_mpi != MPI_COMM_NULL) MPI_Comm_free(&local_mpi);
+    if (cross_mpi != MPI_COMM_NULL) MPI_Comm_free(&cross_mpi);
+  }
+}
+
+Status DeviceState::ensure_comm() {
+  if (!broken.ok()) return broken;
+  if (comm) return Status::OK();
+  Status s = init_comm(mpi, device, &comm);
+  if (!s.ok()) comm = nullptr;
+  return s;
+}
+
+Status DeviceState::ensure_hierarchical() {
+  if (!broken.ok()) return broken;
+  if (hier_setup) return Status::OK();
+  hier_setup = true;
+  HVD_MPI_CHECK(MPI_Comm_split_type(mpi, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local_mpi));
+  MPI_Comm_rank(local_mpi, &local_rank);
+  MPI_Comm_size(local_mpi, &local_size);
+  HVD_MPI_CHECK(MPI_Comm_split(mpi, local_rank, rank, &cross_mpi));
+  MPI_Comm_size(cross_mpi, &cross_size);
+  int mm[2] = {local_size, -local_size};
+  HVD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MIN, mpi));
+  hier_ok = mm[0] == -mm[1];
+  if (!hier_ok) {
+    if (rank == 0) {
+      HVD_LOG(Warning) << "HVD_HIERARCHICAL_ALLREDUCE: nodes hold different numbers of ranks of "
+                          "this process set ("
+                       << mm[0] << " to " << -mm[1] << "); using flat NCCL allreduce";
+    }
+    return Status::OK();
+  }
+  return init_comm(local_mpi, device, &local);
+}
+
+Status DeviceState::begin(size_t max_descs) {
+  if (!broken.ok()) return broken;
+  HVD_CUDA_CHECK(cudaSetDevice(device));
+  descs_used = 0;
+  const size_t bytes = (max_descs + 1) * sizeof(CopyDesc);
+  auto h = host_descs.get(bytes);
+  if (!h.ok()) return h.status();
+  auto d = descs.get(bytes);
+  if (!d.ok()) return d.status();
+  return Status::OK();
+}
+
+Status DeviceState::wait_inputs(const std::vector<core::TensorEntry*>& es) {
+  std::set<void*> seen;
+  size_t next = 0;
+  for (const auto* e : es) {
+    const TensorView& v = e->input;
+    if (v.device.kind != DeviceKind::kCuda) continue;  // a joined rank's host stand-in
+    if (v.ready_event) {
+      if (seen.insert(v.ready_event).second) {
+        HVD_CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(v.ready_event), 0));
+      }
+      continue;
+    }
+    if (v.stream == stream || !seen.insert(v.stream).second) continue;
+    if (next == input_events.size()) {
+      cudaEvent_t ev = nullptr;
+      HVD_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+      input_events.push_back(ev);
+    }
+    cudaEvent_t ev = input_events[next++];
+    HVD_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(v.stream)));
+    HVD_CUDA_CHECK(cudaStreamWaitEvent(stream, ev, 0));
+  }
+  return Status::OK();
+}
+
+Status DeviceState::copy(const std::vector<CopyDesc>& d, DataType dtype, const Scale& s) {
+  if (d.empty()) return Status::OK();
+  const size_t need = (descs_used + d.size()) * sizeof(CopyDesc);
+  if (need > host_descs.size || need > descs.size) {
+    return internal_error("nccl executor: descriptor area too small (" + std::to_string(need) +
+                          " bytes)");
+  }
+  auto* host = static_cast<CopyDesc*>(host_descs.ptr) + descs_used;
+  auto* dev = static_cast<CopyDesc*>(descs.ptr) + descs_used;
+  int64_t max_count = 0;
+  for (size_t i = 0; i < d.size(); ++i) {
+    host[i] = d[i];
+    max_count = std::max(max_count, d[i].count);
+  }
+  descs_used += d.size();
+  HVD_CUDA_CHECK(
+      cudaMemcpyAsync(dev, host, d.size() * sizeof(CopyDesc), cudaMemcpyHostToDevice, stream));
+  HVD_CUDA_CHECK(launch_batched_copy(dev, static_cast<int>(d.size()), max_count, dtype, s, stream));
+  return Status::OK();
+}
+
+Status DeviceState::finish() {
+  HVD_CUDA_CHECK(cudaEventRecord(done, stream));
+  // Spin briefly (small collectives finish in microseconds), then sleep with backoff; check
+  // the communicators for asynchronous errors (a dead peer, a network failure) meanwhile.
+  const auto start = std::chrono::steady_clock::now();
+  auto sleep = std::chrono::microseconds(5);
+  for (int i = 0;; ++i) {
+    cudaError_t q = cudaEventQuery(done);
+    if (q == cudaSuccess) return Status::OK();
+    if (q != cudaErrorNotReady) {
+      Status s = cuda_error(q, "cudaEventQuery(done)", __FILE__, __LINE__);
+      abort(s);
+      return s;
+    }
+    if ((i & 63) == 0) {
+      for (ncclComm_t c : {comm, local}) {
+        if (!c) continue;
+        ncclResult_t async = ncclSuccess;
+        ncclResult_t rc = ncclCommGetAsyncError(c, &async);
+        if (rc == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) continue;
+        Status s = nccl_error(rc != ncclSuccess ? rc : async, "ncclCommGetAsyncError()", __FILE__,
+                              __LINE__);
+        abort(s);
+        return s;
+      }
+    }
+    if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(50)) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(500));
+  }
+}
+
+void DeviceState::abort(const Status& why) {
+  HVD_LOG(Error) << "NCCL communicator on cuda:" << device << " aborted: " << why.message();
+  if (comm) ncclCommAbort(comm);
+  if (local) ncclCommAbort(local);
+  comm = local = nullptr;
+  broken = Status(why.code(), "the NCCL communicator on cuda:" + std::to_string(device) +
+                                  " was aborted after an earlier error (" + why.message() +
+                                  "); restart hvd");
+}
+
+Status check_device_pointer(const void* p, size_t bytes, int device, const std::string& what) {
+  if (bytes == 0) return Status::OK();
+  cudaPointerAttributes a{};
+  cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return invalid_argument(what + ": cannot inspect pointer: " + cudaGetErrorString(e));
+  }
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) {
+    return invalid_argument(what + ": the tensor says cuda:" + std::to_string(device) +
+                            " but its data pointer is not device memory (host or invalid "
+                            "pointer); pass a CUDA allocation");
+  }
+  if (a.type == cudaMemoryTypeDevice && a.device != device) {
+    return invalid_argument(what + ": the tensor says cuda:" + std::to_string(device) +
+                            " but its memory is on cuda:" + std::to_string(a.device));
+  }
+  return Status::OK();
+}
+
+}  // namespace hvd::ops::nccl

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+// Per-device state of the NCCL executor: stream, events, communicators, buffers. Private.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvd/core/executor.h"
+#include "hvd/ops/nccl/kernels.h"
+
+namespace hvd::ops::nccl {
+
+/// Device memory that grows (never shrinks) on demand.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t size = 0;
+  ~DeviceBuffer();
+  /// At least `bytes` (rounded up); the old contents are not kept.
+  Result<void*> get(size_t bytes);
+};
+
+/// Pinned host memory that grows on demand.
+struct PinnedBuffer {
+  void* ptr = nullptr;
+  size_t size = 0;
+  ~PinnedBuffer();
+  Result<void*> get(size_t bytes);
+};
+
+/// Everything the executor keeps for one device of one process set. Used only from the
+/// background thread; between responses no GPU work of this state is in flight (finish()).
+struct DeviceState {
+  int device = -1;
+  MPI_Comm mpi = MPI_COMM_NULL;  // the set's data communicator (not owned)
+  int rank = 0, size = 1;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+  std::vector<cudaEvent_t> input_events;  // recorded on producers' streams
+  ncclComm_t comm = nullptr;              // all ranks of the set; lazily created
+  Status broken;                          // set once a communicator was aborted
+
+  // Hierarchical allreduce: node-local NCCL communicator, cross-node MPI communicator.
+  bool hier_setup = false, hier_ok = false;
+  MPI_Comm local_mpi = MPI_COMM_NULL, cross_mpi = MPI_COMM_NULL;
+  ncclComm_t local = nullptr;
+  int local_rank = 0, local_size = 1, cross_size = 1;
+
+  DeviceBuffer fusion, gather, scratch, descs;
+  PinnedBuffer host_descs, host_stage, host_float;
+  size_t descs_used = 0;  // descriptors uploaded during the current response
+
+  DeviceState() = default;
+  DeviceState(const DeviceState&) = delete;
+  DeviceState& operator=(const DeviceState&) = delete;
+  ~DeviceState();
+
+  /// Stream and events on `device` (no collective call).
+  static Result<std::unique_ptr<DeviceState>> create(int device, MPI_Comm mpi);
+  /// The set-wide communicator: collective over `mpi` the first time.
+  Status ensure_comm();
+  /// The node-local communicators: collective over `mpi` the first time.
+  Status ensure_hierarchical();
+  /// Starts a response: makes the device current, resets the descriptor area to hold `n`.
+  Status begin(size_t max_descs);
+  /// Makes the stream wait for every device input: its ready_event, or an event recorded on
+  /// its stream. Device-side waits only.
+  Status wait_inputs(const std::vector<core::TensorEntry*>& es);
+  /// Uploads `d` and launches ONE batched copy kernel on the stream.
+  Status copy(const std::vector<CopyDesc>& d, DataType dtype, const Scale& s);
+  /// Records completion and waits for it, checking the communicators for asynchronous
+  /// errors; on one, aborts them (see abort()) and returns the cause.
+  Status finish();
+  /// Aborts the communicators; every later response on this device fails with `why`.
+  void abort(const Status& why);
+};
+
+/// Checks that `p` (`bytes` long, for tensor `what`) is device memory on `device`.
+Status check_device_pointer(const void* p, size_t bytes, int device, const std::string& what);
+
+}  // namespace hvd::ops::nccl

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+// The NCCL executor: device selection, input checks, allreduce (fused or in place).
+#include "hvd/ops/nccl/nccl_executor.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "device_state.h"
+#include "executor_util.h"
+#include "hvd/ops/nccl/check.h"
+
+namespace hvd::ops::nccl {
+
+using core::OpType;
+using core::Response;
+using core::TensorEntry;
+
+NcclExecutor::NcclExecutor(MPI_Comm comm, NcclOptions opts) : comm_(comm), opts_(opts) {
+  MPI_Comm_size(comm_, &size_);
+  MPI_Comm_rank(comm_, &rank_);
+}
+
+NcclExecutor::~NcclExecutor() = default;
+
+Result<DeviceState*> NcclExecutor::device_for(const Response& r,
+                                              const std::vector<TensorEntry*>& es) {
+  int dev = -1;
+  for (const auto* e : es) {
+    if (e->input.device.kind != DeviceKind::kCuda) continue;
+    if (dev >= 0 && e->input.device.index != dev) {
+      return invalid_argument(std::string(core::op_name(r.op)) + " '" + r.names.front() +
+                              "': tensors of one collective on cuda:" + std::to_string(dev) +
+                              " and " + e->input.device.str() + " on rank " +
+                              std::to_string(rank_) +
+                              "; hvd uses one GPU per rank for a collective");
+    }
+    dev = e->input.device.index;
+  }
+  if (dev < 0) dev = last_device_;  // a joined rank: only host stand-ins
+  if (dev < 0) HVD_CUDA_CHECK(cudaGetDevice(&dev));
+  last_device_ = dev;
+  auto it = devices_.find(dev);
+  if (it == devices_.end()) {
+    auto d = DeviceState::create(dev, comm_);
+    if (!d.ok()) return d.status();
+    it = devices_.emplace(dev, std::move(d).value()).first;
+  }
+  DeviceState* d = it->second.get();
+  HVD_RETURN_IF_ERROR(d->ensure_comm());
+  if (opts_.hierarchical_allreduce && r.op == OpType::kAllreduce) {
+    HVD_RETURN_IF_ERROR(d->ensure_hierarchical());
+  }
+  return d;
+}
+
+Status NcclExecutor::execute(const Response& r, const std::vector<TensorEntry*>& es) {
+  auto dev = device_for(r, es);
+  if (!dev.ok()) return dev.status();
+  DeviceState* d = dev.value();
+  // Descriptors: allgather unpacks (rank, tensor) pieces, reducescatter packs rank slices.
+  const size_t n = static_cast<size_t>(size_);
+  HVD_RETURN_IF_ERROR(d->begin(es.size() * (n + 2) + 2 * n + 2));
+  Status s;
+  switch (r.op) {
+    case OpType::kAllreduce:
+      s = allreduce(d, r, es);
+      break;
+    case OpType::kBroadcast:
+      s = broadcast(d, r, es);
+      break;
+    case OpType::kAllgather:
+      s = allgather(d, r, es);
+      break;
+    case OpType::kAlltoall:
+      s = alltoall(d, r, es);
+      break;
+    case OpType::kReducescatter:
+      s = reducescatter(d, r, es);
+      break;
+    default:
+      return invalid_argument(std::string(core::op_name(r.op)) +
+                              " is not supported by the NCCL executor");
+  }
+  // Whatever was launched must finish before the buffers are reused or the handles complete.
+  Status f = d->finish();
+  return s.ok() ? f : s;
+}
+
+Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
+                               const std::vector<TensorEntry*>& es) {
+  ncclDataType_t type;
+  if (!nccl_type(r.dtype, &type)) return unsupported_dtype(r);
+  const size_t esize = dtype_size(r.dtype);
+  const bool hier = opts_.hierarchical_allreduce && d->hier_ok;
+  const int contributors = size_ - static_cast<int>(r.joined.size());
+  ncclRedOp_t op = ncclSum;
+  double post = r.postscale;
+  switch (r.reduce_op) {
+    case ReduceOp::kSum:
+      op = ncclSum;
+      break;
+    case ReduceOp::kMin:
+      op = ncclMin;
+      break;
+    case ReduceOp::kMax:
+      op = ncclMax;
+      break;
+    case ReduceOp::kProduct:
+      op = ncclProd;
+      break;
+    case ReduceOp::kAverage:
+      if (dtype_is_floating(r.dtype) && r.joined.empty() && !hier) {
+        op = ncclAvg;
+      } else {
+        op = ncclSum;
+        post /= contributors;
+      }
+      break;
+  }
+  const Scale pre = make_scale(r.dtype, r.prescale), out_scale = make_scale(r.dtype, post);
+
+  Inputs in(d, r, es);
+  HVD_RETURN_IF_ERROR(in.check(/*outputs_known=*/true));
+  HVD_RETURN_IF_ERROR(d->wait_inputs(es));
+
+  // One real tensor, no hierarchy: reduce straight from the input into the output.
+  if (es.size() == 1 && in.valid(0) && !hier) {
+    TensorEntry* e = es[0];
+    const void* src = e->input.data;
+    void* dst = e->output.data;
+    const int64_t n = e->input.numel();
+    if (!pre.identity()) {
+      HVD_RETURN_IF_ERROR(d->copy({{src, dst, n}}, r.dtype, pre));
+      src = dst;
+    }
+    HVD_NCCL_CHECK(ncclAllReduce(src, dst, static_cast<size_t>(n), type, op, d->comm, d->stream));
+    if (!out_scale.identity()) HVD_RETURN_IF_ERROR(d->copy({{dst, dst, n}}, r.dtype, out_scale));
+    return in.status();
+  }
+
+  // Fused: offsets aligned to 16 bytes (padding is reduced too, and ignored).
+  const size_t align = 16 / std::min<size_t>(esize, 16);
+  std::vector<int64_t> off(es.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < es.size(); ++i) {
+    off[i] = total;
+    total += (es[i]->input.numel() + static_cast<int64_t>(align) - 1) /
+             static_cast<int64_t>(align) * static_cast<int64_t>(align);
+  }
+  const int64_t lsize = hier ? d->local_size : 1;
+  const int64_t padded = (total + lsize - 1) / lsize * lsize;
+  auto fb = d->fusion.get(static_cast<size_t>(std::max<int64_t>(padded, 1)) * esize);
+  if (!fb.ok()) return fb.status();
+  auto* buf = static_cast<uint8_t*>(fb.value());
+  std::vector<CopyDesc> cin, cout;
+  for (size_t i = 0; i < es.size(); ++i) {
+    uint8_t* slot = buf + static_cast<size_t>(off[i]) * esize;
+    const int64_t n = es[i]->input.numel();
+    const bool ok = in.valid(i);
+    cin.push_back({ok ? es[i]->input.data : nullptr, slot, n});
+    if (ok) cout.push_back({slot, es[i]->output.data, n});
+  }
+  HVD_RETURN_IF_ERROR(d->copy(cin, r.dtype, pre));
+  if (hier) {
+    HVD_RETURN_IF_ERROR(hierarchical_allreduce(d, buf, padded, r));
+  } else {
+    HVD_NCCL_CHECK(
+        ncclAllReduce(buf, buf, static_cast<size_t>(total), type, op, d->comm, d->stream));
+  }
+  HVD_RETURN_IF_ERROR(d->copy(cout, r.dtype, out_scale));
+  return in.status();
+}
+
+}  // namespace hvd::ops::nccl

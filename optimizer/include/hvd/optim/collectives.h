@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// Collectives on torch::Tensor, named like horovod.torch: `allreduce` returns a new tensor,
+// `allreduce_` works in place; the `_async` forms return a TorchHandle that keeps every tensor
+// involved alive until the collective has finished.
+//
+//   auto h = hvd::optim::allreduce_async_(grad, "layer1.grad");   // starts now
+//   ...                                                           // overlap other work
+//   hvd::optim::synchronize(h);                                   // grad now holds the average
+//
+// dtype, shape and device come from the tensor. Non-contiguous inputs are copied to contiguous
+// buffers (and, in place, copied back when the handle is waited on). Errors: problems visible
+// locally throw hvd::Error at once; disagreements between ranks throw from wait()/synchronize().
+// allgather, alltoall and reducescatter will join these once the core runtime supports them.
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvd/core/handle.h"
+#include "hvd/core/types.h"
+
+namespace hvd::optim {
+
+namespace detail {
+struct TorchHandleState;
+}
+
+/// An asynchronous collective on torch tensors. Copyable; copies share the completion.
+class TorchHandle {
+ public:
+  TorchHandle() = default;
+  explicit TorchHandle(std::shared_ptr<detail::TorchHandleState> s) : s_(std::move(s)) {}
+  bool valid() const { return s_ != nullptr; }
+  /// True once the collective finished (successfully or not). Never blocks.
+  bool poll() const;
+  /// Blocks until finished, copies results back into non-contiguous in-place targets, and
+  /// returns the first output tensor. Throws hvd::Error if the collective failed.
+  torch::Tensor wait() const;
+  /// As wait(), returning every output (grouped collectives).
+  std::vector<torch::Tensor> wait_all() const;
+  /// The underlying core handle.
+  const Handle& handle() const;
+
+ private:
+  std::shared_ptr<detail::TorchHandleState> s_;
+};
+
+/// Out of place: a new tensor holding the reduction of `tensor` over all ranks.
+TorchHandle allreduce_async(const torch::Tensor& tensor, const std::string& name = "",
+                            ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
+                            double postscale_factor = 1.0);
+/// In place: `tensor` receives the reduction.
+TorchHandle allreduce_async_(const torch::Tensor& tensor, const std::string& name = "",
+                             ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
+                             double postscale_factor = 1.0);
+torch::Tensor allreduce(const torch::Tensor& tensor, const std::string& name = "",
+                        ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
+                        double postscale_factor = 1.0);
+void allreduce_(const torch::Tensor& tensor, const std::string& name = "",
+                ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
+                double postscale_factor = 1.0);
+
+/// All tensors negotiated and reduced together; one handle for the group. Tensors may differ
+/// in dtype and shape.
+TorchHandle grouped_allreduce_async(const std::vector<torch::Tensor>& tensors,
+                                    const std::string& name = "",
+                                    ReduceOp op = ReduceOp::kAverage,
+                                    double prescale_factor = 1.0, double postscale_factor = 1.0);
+TorchHandle grouped_allreduce_async_(const std::vector<torch::Tensor>& tensors,
+                                     const std::string& name = "",
+                                     ReduceOp op = ReduceOp::kAverage,
+                                     double prescale_factor = 1.0, double postscale_factor = 1.0);
+std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
+                                             const std::string& name = "",
+                                             ReduceOp op = ReduceOp::kAverage,
+                                             double prescale_factor = 1.0,
+                                             double postscale_factor = 1.0);
+void grouped_allreduce_(const std::vector<torch::Tensor>& tensors, const std::string& name = "",
+                        ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
+                        double postscale_factor = 1.0);
+
+/// Out of place: a new tensor holding root_rank's values on every rank.
+TorchHandle broadcast_async(const torch::Tensor& tensor, int root_rank,
+                            const std::string& name = "");
+/// In place: `tensor` is overwritten with root_rank's values.
+TorchHandle broadcast_async_(const torch::Tensor& tensor, int root_rank,
+                             const std::string& name = "");
+torch::Tensor broadcast(const torch::Tensor& tensor, int root_rank, const std::string& name = "");
+void broadcast_(const torch::Tensor& tensor, int root_rank, const std::string& name = "");
+
+/// Horovod's names: poll() never blocks; synchronize() is TorchHandle::wait().
+bool poll(const TorchHandle& handle);
+torch::Tensor synchronize(const TorchHandle& handle);
+
+}  // namespace hvd::optim

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+// DistributedOptimizer: wraps any torch::optim::Optimizer so that step() applies gradients
+// averaged (or summed) over all ranks.
+//
+//   torch::optim::SGD sgd(model->parameters(), 0.01);
+//   hvd::DistributedOptimizer opt(sgd, model->named_parameters());
+//   for (...) { opt.zero_grad(); loss(model, batch).backward(); opt.step(); }
+//
+// Each parameter's allreduce starts during backward(), as soon as autograd has accumulated its
+// gradient (a post-hook on the parameter's gradient accumulator), so communication overlaps the
+// rest of backward. step() waits for the reductions of its own parameters, then steps.
+//
+// Parameters are tracked in one process-wide registry keyed by tensor identity: several
+// optimizers holding the same parameter share one hook and one reduction per backward pass, and
+// each of them applies the same reduced gradient — no renaming, no synchronize() rituals. A
+// reduced gradient stays valid for every optimizer holding the parameter until the next backward
+// pass writes that gradient again.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+#include <torch/ordered_dict.h>
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hvd/core/handle.h"
+#include "hvd/core/types.h"
+
+namespace hvd::optim {
+
+/// How gradients travel: as they are, or converted to 16-bit floats for the allreduce and back
+/// (floating-point gradients only).
+enum class Compression { kNone, kFp16, kBf16 };
+
+/// Options of a DistributedOptimizer, builder style: `DistributedOptimizerOptions().op(...)`.
+struct DistributedOptimizerOptions {
+  /// kAverage (default) or kSum.
+  ReduceOp op_ = ReduceOp::kAverage;
+  Compression compression_ = Compression::kNone;
+  /// Backward passes accumulated locally (summed into .grad) before the allreduce starts.
+  int backward_passes_per_step_ = 1;
+  /// Average only: gradients are multiplied by 1/f before the sum and by f/size after it.
+  double gradient_predivide_factor_ = 1.0;
+  /// >0: split the parameters (in optimizer order) into this many fusion groups, each reduced
+  /// as one grouped allreduce once all its gradients are ready.
+  int num_groups_ = 0;
+  /// Explicit fusion groups by parameter name (exclusive with num_groups); parameters not listed
+  /// are reduced one by one.
+  std::vector<std::vector<std::string>> groups_;
+  /// Shown in error messages; default "DistributedOptimizer#<n>" in construction order.
+  std::string label_;
+
+  DistributedOptimizerOptions& op(ReduceOp v) { op_ = v; return *this; }
+  DistributedOptimizerOptions& compression(Compression v) { compression_ = v; return *this; }
+  DistributedOptimizerOptions& backward_passes_per_step(int v) {
+    backward_passes_per_step_ = v;
+    return *this;
+  }
+  DistributedOptimizerOptions& gradient_predivide_factor(double v) {
+    gradient_predivide_factor_ = v;
+    return *this;
+  }
+  DistributedOptimizerOptions& num_groups(int v) { num_groups_ = v; return *this; }
+  DistributedOptimizerOptions& groups(std::vector<std::vector<std::string>> v) {
+    groups_ = std::move(v);
+    return *this;
+  }
+  DistributedOptimizerOptions& label(std::string v) { label_ = std::move(v); return *this; }
+};
+
+using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;
+
+/// `named` with every name prefixed, e.g. prefixed("generator.", generator->named_parameters())
+/// for two models whose parameter names would otherwise collide.
+inline NamedParameters prefixed(const std::string& prefix,
+                                const torch::OrderedDict<std::string, torch::Tensor>& named) {
+  NamedParameters out;
+  out.reserve(named.size());
+  for (const auto& item : named) out.emplace_back(prefix + item.key(), item.value());
+  return out;
+}
+
+class DistributedOptimizer;
+
+/// While alive, step() of its optimizer does not synchronize (see skip_synchronize()).
+class SkipSynchronizeGuard {
+ public:
+  explicit SkipSynchronizeGuard(DistributedOptimizer& opt);
+  ~SkipSynchronizeGuard();
+  SkipSynchronizeGuard(const SkipSynchronizeGuard&) = delete;
+  SkipSynchronizeGuard& operator=(const SkipSynchronizeGuard&) = delete;
+
+ private:
+  DistributedOptimizer& opt_;
+  bool previous_;
+};
+
+class DistributedOptimizer {
+ public:
+  /// Wraps `optimizer` (not owned: it must outlive this object). `named_parameters` gives the
+  /// parameters' names, which identify reductions across ranks and must be identical on every
+  /// rank; entries for tensors the optimizer does not hold are ignored. When it is empty, the
+  /// optimizer's parameters get deterministic names "param.<n>" (n counts distinct tensors in
+  /// registration order, so construct optimizers in the same order on every rank). Parameters
+  /// that do not require grad are not reduced. Throws hvd::Error when two different tensors get
+  /// one name (naming the name and both owners), when the optimizer holds a parameter missing
+  /// from a non-empty named_parameters, when options are invalid, or when an optimizer sharing a
+  /// parameter uses different reduction options.
+  DistributedOptimizer(torch::optim::Optimizer& optimizer, NamedParameters named_parameters = {},
+                       DistributedOptimizerOptions options = {});
+  DistributedOptimizer(torch::optim::Optimizer& optimizer,
+                       const torch::OrderedDict<std::string, torch::Tensor>& named_parameters,
+                       DistributedOptimizerOptions options = {});
+  /// Waits for this optimizer's in-flight reductions, then unregisters its parameters (their
+  /// hooks go when no optimizer holds them any more).
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  /// Unless inside skip_synchronize(): synchronize(). Then the wrapped optimizer's step. With a
+  /// closure (LBFGS), every evaluation of the closure is followed by synchronize() and the
+  /// returned loss is averaged over ranks, so all ranks take the same decisions.
+  torch::Tensor step(torch::optim::Optimizer::LossClosure closure = nullptr);
+  /// Waits until every parameter of this optimizer holds its reduced gradient: reductions not
+  /// yet started (no gradient on this rank this step, or fewer than backward_passes_per_step
+  /// passes) start now, contributing the current .grad (zeros when it is undefined).
+  void synchronize();
+  /// Zeroes the gradients via the wrapped optimizer. Throws hvd::Error (naming a parameter) when
+  /// a gradient of this optimizer is being reduced or accumulated: call step() or synchronize()
+  /// first.
+  void zero_grad();
+  /// `{ auto g = opt.skip_synchronize(); opt.step(); }` after an explicit synchronize() (e.g. to
+  /// clip gradients in between).
+  SkipSynchronizeGuard skip_synchronize() { return SkipSynchronizeGuard(*this); }
+
+  torch::optim::Optimizer& optimizer() { return optimizer_; }
+  /// The names under which this optimizer's parameters are reduced, in optimizer order.
+  std::vector<std::string> parameter_names() const;
+  const std::string& label() const { return label_; }
+
+ private:
+  friend class SkipSynchronizeGuard;
+  struct Impl;
+  torch::optim::Optimizer& optimizer_;
+  std::string label_;
+  bool skip_sync_ = false;
+  std::unique_ptr<Impl> impl_;
+};
+
+namespace detail {
+/// Called on the thread that submits each gradient reduction (usually autograd's, during
+/// backward), right after submission, with the reduction's name and handle. For tests and
+/// tracing; pass nullptr to remove. Must not call back into the optimizer.
+void set_submit_observer(std::function<void(const std::string& name, const Handle& handle)> fn);
+}  // namespace detail
+
+}  // namespace hvd::optim

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// broadcast_parameters / broadcast_optimizer_state / broadcast_object.
+//
+// Optimizer state travels as bytes: root serializes its optimizer with libtorch's own archive
+// (optimizer.save(), the format torch::save uses), broadcasts the size and then the bytes as a
+// uint8 tensor, and every other rank clears its state and loads the archive (optimizer.load()).
+// libtorch's load maps saved state to parameters by position within each param group; the group
+// options (which libtorch 1.13's load ignores) travel beside it and are read back through each
+// options type's own serialize(). Ranks that have taken no step get exactly root's state.
+#include "hvd/optim/broadcast.h"
+
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <atomic>
+#include <sstream>
+
+#include "hvd/core/status.h"
+#include "hvd/hvd.h"
+#include "hvd/optim/collectives.h"
+#include "hvd/optim/tensor_adapter.h"
+
+namespace hvd::optim {
+namespace {
+
+std::atomic<uint64_t> g_object_counter{0};
+std::atomic<uint64_t> g_state_counter{0};
+
+}  // namespace
+
+void broadcast_parameters(const NamedTensors& named_tensors, int root_rank) {
+  std::vector<TorchHandle> handles;
+  handles.reserve(named_tensors.size());
+  for (const auto& [name, t] : named_tensors) {
+    if (!t.defined()) continue;
+    handles.push_back(broadcast_async_(t.detach(), root_rank, "broadcast_parameters." + name));
+  }
+  for (auto& h : handles) h.wait();
+}
+
+void broadcast_parameters(const torch::OrderedDict<std::string, torch::Tensor>& state_dict,
+                          int root_rank) {
+  NamedTensors named;
+  named.reserve(state_dict.size());
+  for (const auto& item : state_dict) named.emplace_back(item.key(), item.value());
+  broadcast_parameters(named, root_rank);
+}
+
+void broadcast_parameters(const torch::nn::Module& module, int root_rank) {
+  NamedTensors named;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    named.emplace_back("param." + item.key(), item.value());
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+    named.emplace_back("buffer." + item.key(), item.value());
+  }
+  broadcast_parameters(named, root_rank);
+}
+
+std::vector<char> broadcast_bytes(const std::vector<char>& bytes, int root_rank,
+                                  const std::string& name) {
+  const std::string base =
+      name.empty() ? "broadcast_object." + std::to_string(g_object_counter++) : name;
+  const bool root = hvd::rank() == root_rank;
+  torch::Tensor size = torch::tensor({static_cast<int64_t>(root ? bytes.size() : 0)}, torch::kLong);
+  broadcast_(size, root_rank, base + ".size");
+  const int64_t n = size.item<int64_t>();
+  torch::Tensor data = torch::empty({n}, torch::kByte);
+  if (root && n > 0) std::memcpy(data.data_ptr(), bytes.data(), static_cast<size_t>(n));
+  broadcast_(data, root_rank, base + ".data");
+  const char* p = static_cast<const char*>(data.data_ptr());
+  return std::vector<char>(p, p + n);
+}
+
+void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank) {
+  const std::string name = "broadcast_optimizer_state." + std::to_string(g_state_counter++);
+  std::vector<char> bytes;
+  if (hvd::rank() == root_rank) {
+    torch::serialize::OutputArchive archive, state(archive.compilation_unit());
+    optimizer.save(state);
+    archive.write("optimizer", state);
+    // libtorch 1.13's load() ignores the saved group options: send them separately.
+    const auto& groups = optimizer.param_groups();
+    for (size_t i = 0; i < groups.size(); ++i) {
+      torch::serialize::OutputArchive options(archive.compilation_unit());
+      groups[i].options().serialize(options);
+      archive.write("group_options/" + std::to_string(i), options);
+    }
+    std::ostringstream os;
+    archive.save_to(os);
+    const std::string s = os.str();
+    bytes.assign(s.begin(), s.end());
+  }
+  bytes = broadcast_bytes(bytes, root_rank, name);
+  if (hvd::rank() == root_rank) return;
+  std::istringstream is(std::string(bytes.begin(), bytes.end()));
+  torch::serialize::InputArchive archive;
+  archive.load_from(is);
+  optimizer.state().clear();
+  try {
+    torch::serialize::InputArchive state;
+    archive.read("optimizer", state);
+    optimizer.load(state);
+    auto& groups = optimizer.param_groups();
+    for (size_t i = 0; i < groups.size(); ++i) {
+      torch::serialize::InputArchive options;
+      archive.read("group_options/" + std::to_string(i), options);
+      groups[i].options().serialize(options);
+    }
+  } catch (const c10::Error& e) {
+    throw Error(invalid_argument("broadcast_optimizer_state: rank " + std::to_string(hvd::rank()) +
+                                 " cannot load the state of rank " + std::to_string(root_rank) +
+                                 " (do both optimizers hold the same param groups?): " +
+                                 e.what_without_backtrace()));
+  }
+}
+
+namespace detail {
+std::vector<char> pickle(const c10::IValue& value) { return torch::jit::pickle_save(value); }
+c10::IValue unpickle(const std::vector<char>& bytes) { return torch::jit::pickle_load(bytes); }
+}  // namespace detail
+
+}  // namespace hvd::optim

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+// DistributedOptimizer: option checks, parameter naming and grouping, step/synchronize/zero_grad
+// on top of the gradient registry.
+#include "hvd/optim/distributed_optimizer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "grad_registry.h"
+#include "hvd/core/status.h"
+#include "hvd/optim/collectives.h"
+
+namespace hvd::optim {
+namespace {
+
+std::atomic<int> g_owners{0};
+
+std::string tensor_str(const torch::Tensor& t) {
+  return std::string(c10::toString(t.scalar_type())) + shape_str(t.sizes().vec());
+}
+
+detail::ReduceSettings check_options(const DistributedOptimizerOptions& o,
+                                     const std::string& label) {
+  auto fail = [&label](const std::string& m) {
+    throw Error(invalid_argument("DistributedOptimizer '" + label + "': " + m));
+  };
+  if (o.backward_passes_per_step_ < 1) {
+    fail("backward_passes_per_step must be >= 1, got " +
+         std::to_string(o.backward_passes_per_step_));
+  }
+  if (o.op_ != ReduceOp::kAverage && o.op_ != ReduceOp::kSum) {
+    fail(std::string("op must be Average or Sum, got ") + reduce_op_name(o.op_));
+  }
+  if (!(o.gradient_predivide_factor_ > 0)) {
+    fail("gradient_predivide_factor must be > 0, got " +
+         std::to_string(o.gradient_predivide_factor_));
+  }
+  if (o.gradient_predivide_factor_ != 1.0 && o.op_ != ReduceOp::kAverage) {
+    fail("gradient_predivide_factor is only supported with op Average");
+  }
+  if (o.num_groups_ < 0) fail("num_groups must be >= 0, got " + std::to_string(o.num_groups_));
+  if (o.num_groups_ > 0 && !o.groups_.empty()) fail("give num_groups or groups, not both");
+  detail::ReduceSettings s;
+  s.op = o.op_;
+  s.compression = o.compression_;
+  s.backward_passes_per_step = o.backward_passes_per_step_;
+  s.predivide = o.gradient_predivide_factor_;
+  return s;
+}
+
+std::vector<std::vector<size_t>> make_groups(const DistributedOptimizerOptions& o,
+                                             const std::vector<detail::ParamSpec>& specs,
+                                             const std::string& label) {
+  std::vector<std::vector<size_t>> groups;
+  const size_t n = specs.size();
+  if (o.num_groups_ > 0 && n > 0) {
+    const size_t k = std::min(n, static_cast<size_t>(o.num_groups_));
+    const size_t per = (n + k - 1) / k;
+    for (size_t start = 0; start < n; start += per) {
+      groups.emplace_back();
+      for (size_t i = start; i < std::min(n, start + per); ++i) groups.back().push_back(i);
+    }
+    return groups;
+  }
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < n; ++i) {
+    if (!specs[i].name.empty()) index.emplace(specs[i].name, i);
+  }
+  std::unordered_set<size_t> used;
+  for (const auto& g : o.groups_) {
+    if (g.empty()) continue;
+    groups.emplace_back();
+    for (const auto& name : g) {
+      auto it = index.find(name);
+      if (it == index.end()) {
+        throw Error(invalid_argument("DistributedOptimizer '" + label + "': group member '" +
+                                     name + "' is not a named parameter of this optimizer"));
+      }
+      if (!used.insert(it->second).second) {
+        throw Error(invalid_argument("DistributedOptimizer '" + label + "': parameter '" + name +
+                                     "' appears in more than one group"));
+      }
+      groups.back().push_back(it->second);
+    }
+  }
+  return groups;
+}
+
+}  // namespace
+
+struct DistributedOptimizer::Impl {
+  int owner = 0;
+  detail::EntryList entries;
+};
+
+DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
+                                           NamedParameters named_parameters,
+                                           DistributedOptimizerOptions options)
+    : optimizer_(optimizer), impl_(std::make_unique<Impl>()) {
+  impl_->owner = g_owners++;
+  label_ = options.label_.empty() ? "DistributedOptimizer#" + std::to_string(impl_->owner)
+                                  : options.label_;
+  const detail::ReduceSettings settings = check_options(options, label_);
+
+  std::unordered_map<c10::TensorImpl*, std::string> names;
+  for (const auto& [name, t] : named_parameters) {
+    if (t.defined()) names.emplace(t.unsafeGetTensorImpl(), name);
+  }
+  std::vector<detail::ParamSpec> specs;
+  std::unordered_set<c10::TensorImpl*> seen;
+  size_t index = 0;
+  for (const auto& group : optimizer_.param_groups()) {
+    for (const auto& p : group.params()) {
+      const size_t i = index++;
+      if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      auto it = names.find(p.unsafeGetTensorImpl());
+      if (it == names.end() && !named_parameters.empty()) {
+        throw Error(invalid_argument(
+            "DistributedOptimizer '" + label_ + "': parameter #" + std::to_string(i) +
+            " of the optimizer (" + tensor_str(p) + ") is not in named_parameters; pass the "
+            "names of all the optimizer's parameters, or none"));
+      }
+      specs.push_back({it == names.end() ? std::string() : it->second, p});
+    }
+  }
+  impl_->entries = detail::GradRegistry::instance().add(impl_->owner, label_, specs, settings,
+                                                        make_groups(options, specs, label_));
+}
+
+DistributedOptimizer::DistributedOptimizer(
+    torch::optim::Optimizer& optimizer,
+    const torch::OrderedDict<std::string, torch::Tensor>& named_parameters,
+    DistributedOptimizerOptions options)
+    : DistributedOptimizer(optimizer, named_parameters.pairs(), std::move(options)) {}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  detail::GradRegistry::instance().remove(impl_->owner, impl_->entries);
+}
+
+void DistributedOptimizer::synchronize() {
+  detail::GradRegistry::instance().synchronize(impl_->owner, impl_->entries);
+}
+
+torch::Tensor DistributedOptimizer::step(torch::optim::Optimizer::LossClosure closure) {
+  auto& reg = detail::GradRegistry::instance();
+  if (skip_sync_) {
+    reg.check_quiet(impl_->entries,
+                    "step() of '" + label_ + "' was called inside skip_synchronize()", true);
+  } else {
+    synchronize();
+  }
+  torch::Tensor loss;
+  if (closure) {
+    loss = optimizer_.step([this, &closure]() {
+      torch::Tensor l = closure();
+      synchronize();
+      return allreduce(l.detach(), label_ + ".closure_loss", ReduceOp::kAverage);
+    });
+  } else {
+    loss = optimizer_.step();
+  }
+  reg.consume(impl_->owner, impl_->entries);
+  return loss;
+}
+
+void DistributedOptimizer::zero_grad() {
+  detail::GradRegistry::instance().check_quiet(
+      impl_->entries, "zero_grad() of '" + label_ + "' was called", false);
+  optimizer_.zero_grad();
+}
+
+std::vector<std::string> DistributedOptimizer::parameter_names() const {
+  std::vector<std::string> out;
+  out.reserve(impl_->entries.size());
+  for (const auto& e : impl_->entries) out.push_back(e->name);
+  return out;
+}
+
+SkipSynchronizeGuard::SkipSynchronizeGuard(DistributedOptimizer& opt)
+    : opt_(opt), previous_(opt.skip_sync_) {
+  opt_.skip_sync_ = true;
+}
+
+SkipSynchronizeGuard::~SkipSynchronizeGuard() { opt_.skip_sync_ = previous_; }
+
+namespace detail {
+void set_submit_observer(std::function<void(const std::string& name, const Handle& handle)> fn) {
+  GradRegistry::instance().set_observer(std::move(fn));
+}
+}  // namespace detail
+
+}  // namespace hvd::optim

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Format check (clang-format) and static checks (clang-tidy) on hvd's own C++ sources.
+# Usage: scripts/lint.sh [build-dir-with-compile_commands.json]  (FIX=1 reformats in place)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+mapfile -t files < <(git ls-files -- '*.cc' '*.h' | grep -E '^(core|ops|runner|optimizer|bindings|bench|examples|test)/')
+if [[ "${FIX:-0}" == 1 ]]; then
+  clang-format -i "${files[@]}"
+  exit 0
+fi
+echo "lint: clang-format on ${#files[@]} files"
+clang-format --dry-run -Werror "${files[@]}"
+if [[ -f "$BUILD/compile_commands.json" ]]; then
+  mapfile -t srcs < <(printf '%s\n' "${files[@]}" | grep -E '^(core|ops|runner)/src/.*\.cc$')
+  echo "lint: clang-tidy on ${#srcs[@]} library sources"
+  printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -n 4 clang-tidy -p "$BUILD" --quiet 2>/dev/null
+fi
+echo "lint: clean"

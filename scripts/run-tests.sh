@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Every test tier of the release build, then core + MPI tests under ASan+UBSan, the [local]
+# tier under TSan, and the lint checks. Called by `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+JOBS=$(nproc)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+fail=0
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+step "all tiers (release build)"
+ctest --test-dir "$BUILD" --output-on-failure || fail=1
+
+if [[ "${HVD_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  step "ASan+UBSan: unit, local, mpi"
+  cmake --preset asan >/dev/null
+  cmake --build build-asan -j "$JOBS" --target hvd_unit_tests hvd_local_tests hvd_mpi_tests \
+    hvd_lifecycle_test hvd_dead_rank_test
+  # Open MPI itself leaks at exit: leak checking is off; memory errors and UB still abort.
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -L 'unit|local|mpi' -E 'runner' || fail=1
+
+  step "TSan: local"
+  cmake --preset tsan >/dev/null
+  cmake --build build-tsan -j "$JOBS" --target hvd_local_tests
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --test-dir build-tsan --output-on-failure -L local || fail=1
+fi
+
+step "lint"
+scripts/lint.sh "$BUILD" || fail=1
+
+if [[ $fail -ne 0 ]]; then
+  echo "make test: FAILED" >&2
+  exit 1
+fi
+echo "make test: all tiers passed"

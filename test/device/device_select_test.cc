@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU-only: device tensors are routed to the GPU executor when the build has one, and are
+// refused with a clear reason otherwise (no NCCL in the build, or no usable CUDA device).
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <vector>
+
+#include "hvd/config.h"
+#include "hvd/core/runtime.h"
+#include "hvd/hvd.h"
+#include "hvd/ops/device.h"
+
+using namespace hvd;
+
+TEST_CASE("the build reports whether it has NCCL", "[mpi]") {
+  REQUIRE(hvd::nccl_built() == (HVD_HAVE_NCCL != 0));
+  REQUIRE(hvd::cuda_built() == (HVD_HAVE_NCCL != 0));
+}
+
+TEST_CASE("add_device_executor gives an executor or a reason", "[mpi]") {
+  core::RuntimeParts parts;
+  ops::add_device_executor(&parts, MPI_COMM_WORLD, core::Config{});
+  if (parts.device_executor) {
+    REQUIRE(HVD_HAVE_NCCL == 1);
+    REQUIRE(parts.device_executor->name() == "nccl");
+  } else {
+#if HVD_HAVE_NCCL
+    // Without a GPU or driver the CUDA probe fails: that means "no device", not a crash.
+    REQUIRE_THAT(parts.no_device_reason, Catch::Contains("no usable CUDA device"));
+#else
+    REQUIRE_THAT(parts.no_device_reason, Catch::Contains("no GPU support"));
+#endif
+  }
+}
+
+TEST_CASE("a device tensor goes to the GPU executor or fails with a clear error", "[mpi]") {
+  // Host memory labelled cuda:0: the NCCL executor (when present) rejects the pointer; without
+  // one the runtime refuses the device tensor at enqueue. Either way: an hvd::Error naming the
+  // tensor, never a crash or a hang.
+  std::vector<float> host(8, 1.0f);
+  TensorView v(host.data(), DataType::kFloat32, {8}, Device::cuda(0));
+  try {
+    hvd::allreduce(v, "device.tensor");
+    FAIL("allreduce of a host pointer labelled cuda:0 succeeded");
+  } catch (const hvd::Error& e) {
+    const std::string m = e.what();
+    INFO(m);
+    std::printf("device error: %s\n", m.c_str());
+    REQUIRE(m.find("device.tensor") != std::string::npos);
+#if HVD_HAVE_NCCL
+    const bool selected = m.find("not device memory") != std::string::npos;
+    const bool no_device = m.find("no usable CUDA device") != std::string::npos;
+    // np > 1 with every rank on one GPU: NCCL refuses the communicator (duplicate GPU).
+    const bool shared_gpu = m.find("ncclCommInitRank") != std::string::npos;
+    REQUIRE((selected || no_device || shared_gpu));
+#else
+    REQUIRE(m.find("no GPU support") != std::string::npos);
+#endif
+  }
+  // The runtime keeps serving host tensors afterwards.
+  std::vector<float> ok(4, 2.0f);
+  hvd::allreduce(TensorView(ok.data(), DataType::kFloat32, {4}), "host.after", ReduceOp::kSum);
+  REQUIRE(ok[0] == 2.0f * static_cast<float>(hvd::size()));
+}

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// [gpu] tier through the public API: device tensors go to the NCCL executor, inputs are read
+// only after the producer's stream wrote them, errors reach the caller as hvd::Error.
+#include <catch2/catch.hpp>
+
+#include "gpu_test_util.h"
+#include "hvd/hvd.h"
+
+using namespace hvd;
+
+TEST_CASE("gpu allreduce waits for the producer's stream", "[gpu]") {
+  HVD_GPU_OR_SKIP();
+  const int n = 1 << 16;
+  gputest::DevBuf buf(n * sizeof(float));
+  REQUIRE(cudaMemset(buf.p, 0, n * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // the user stream below is non-blocking
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  for (bool with_event : {false, true}) {
+    INFO("ready_event " << with_event);
+    // The kernel spins ~50 ms before writing; reading early would reduce zeros.
+    gputest::launch_slow_fill(static_cast<float*>(buf.p), n, 3.0f, 50, s);
+    TensorView v(buf.p, DataType::kFloat32, {n}, Device::cuda(0));
+    v.stream = s;
+    cudaEvent_t ev = nullptr;
+    if (with_event) {
+      REQUIRE(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess);
+      REQUIRE(cudaEventRecord(ev, s) == cudaSuccess);
+      v.ready_event = ev;
+      v.stream = nullptr;
+    }
+    hvd::allreduce(v, with_event ? "ordered.event" : "ordered.stream", ReduceOp::kSum, 1.0, 2.0);
+    auto got = gputest::download(DataType::kFloat32, buf.p, n);
+    REQUIRE(got.front() == 3.0 * 2 * hvd::size());
+    REQUIRE(got.back() == 3.0 * 2 * hvd::size());
+    if (ev) cudaEventDestroy(ev);
+    REQUIRE(cudaMemset(buf.p, 0, n * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  }
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("gpu many small device tensors through the API", "[gpu]") {
+  HVD_GPU_OR_SKIP();
+  std::vector<std::unique_ptr<gputest::DevBuf>> bufs;
+  std::vector<Handle> hs;
+  for (int i = 0; i < 256; ++i) {
+    bufs.push_back(gputest::upload(DataType::kFloat32, std::vector<double>(100, i)));
+    hs.push_back(
+        hvd::allreduce_async(TensorView(bufs.back()->p, DataType::kFloat32, {100}, Device::cuda(0)),
+                             "many." + std::to_string(i), ReduceOp::kAverage));
+  }
+  for (auto& h : hs) h.wait();
+  for (int i = 0; i < 256; ++i) {
+    REQUIRE(gputest::download(DataType::kFloat32, bufs[static_cast<size_t>(i)]->p, 100) ==
+            std::vector<double>(100, i));
+  }
+}
+
+TEST_CASE("gpu a host pointer labelled cuda:0 fails with hvd::Error, not a crash", "[gpu]") {
+  HVD_GPU_OR_SKIP();
+  std::vector<float> host(16, 1.0f);
+  TensorView v(host.data(), DataType::kFloat32, {16}, Device::cuda(0));
+  REQUIRE_THROWS_WITH(hvd::allreduce(v, "host.as.device"), Catch::Contains("not device memory"));
+  gputest::DevBuf ok(16 * sizeof(float));
+  REQUIRE(cudaMemset(ok.p, 0, 16 * sizeof(float)) == cudaSuccess);
+  hvd::allreduce(TensorView(ok.p, DataType::kFloat32, {16}, Device::cuda(0)), "after.error");
+}

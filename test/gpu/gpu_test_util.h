@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+// Helpers for the [gpu] tier: device probe and skip, device buffers, dtype encoding, and a
+// harness that runs responses straight through an NcclExecutor over MPI_COMM_WORLD.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "hvd/core/executor.h"
+#include "hvd/ops/nccl/nccl_executor.h"
+
+namespace hvd::gputest {
+
+/// True when a CUDA device is usable; a failed probe (no driver) counts as "no device".
+inline bool have_gpu() {
+  static const bool ok = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+      cudaGetLastError();
+      return false;
+    }
+    return true;
+  }();
+  return ok;
+}
+
+#define HVD_GPU_OR_SKIP()                       \
+  do {                                          \
+    if (!::hvd::gputest::have_gpu()) {          \
+      std::printf("skipped: no CUDA device\n"); \
+      SUCCEED("skipped: no CUDA device");       \
+      return;                                   \
+    }                                           \
+  } while (0)
+
+/// cudaMalloc'd bytes, freed on destruction.
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DevBuf(size_t n) : bytes(n) {
+    if (cudaMalloc(&p, n ? n : 16) != cudaSuccess) p = nullptr;
+  }
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+/// Host values <-> the bytes of dtype `t` (float16/bfloat16 through hvd's conversions).
+std::vector<uint8_t> encode(DataType t, const std::vector<double>& v);
+std::vector<double> decode(DataType t, const void* bytes, size_t n);
+
+/// Copies host values of dtype `t` into a new device buffer.
+std::unique_ptr<DevBuf> upload(DataType t, const std::vector<double>& v);
+std::vector<double> download(DataType t, const void* dev, size_t n);
+
+/// Entries plus the executor: build entries, then run(response).
+struct Harness {
+  explicit Harness(ops::nccl::NcclOptions o = {});
+  /// An entry over device buffer `in` (and `out`, or in place), request name `name`.
+  core::TensorEntry& add(const std::string& name, DataType t, std::vector<int64_t> shape, void* in,
+                         void* out = nullptr);
+  /// Gives every entry an allocator that cudaMallocs (kept alive by the harness).
+  void device_allocators();
+  Status run(const core::Response& r);
+
+  std::unique_ptr<ops::nccl::NcclExecutor> ex;
+  std::vector<std::unique_ptr<core::TensorEntry>> entries;
+  std::vector<std::unique_ptr<DevBuf>> allocated;
+};
+
+/// A response for the harness's entries (np = 1, device cuda:0).
+core::Response response(core::OpType op, DataType t, const std::vector<std::string>& names,
+                        const std::vector<int64_t>& numels);
+
+/// Launches a kernel on `stream` that spins for about `ms` milliseconds, then writes `value`
+/// to every float of `p` (n of them): a producer the collective must wait for.
+void launch_slow_fill(float* p, int n, float value, int ms, cudaStream_t stream);
+
+}  // namespace hvd::gputest

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// join(): joined ranks take part in allreduce / allgather / broadcast; other ops fail cleanly.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "mpi_test_util.h"
+
+using Catch::Matchers::Contains;
+using hvd::DataType;
+using hvd::ReduceOp;
+
+namespace {
+
+std::string wait_error(const hvd::Handle& h) {
+  try {
+    h.wait();
+  } catch (const hvd::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("join with 1..N-1 ranks joined early: allreduce, allgather, broadcast", "[mpi]") {
+  const int r = hvd::rank(), n = hvd::size();
+  if (n == 1) {
+    REQUIRE(hvd::join() == 0);
+    return;
+  }
+  for (int k = 1; k < n; ++k) {
+    const int active = n - k;  // ranks 0 .. active-1 keep working
+    const std::string tag = "j" + std::to_string(k) + ".";
+    if (r >= active) {
+      REQUIRE(hvd::join() == 0);
+      continue;
+    }
+    for (int it = 0; it < 3; ++it) {  // repeated: the cache must not short-circuit joined ranks
+      std::vector<float> s(5, static_cast<float>(r + 1)), a(5, static_cast<float>(r + 1));
+      std::vector<int32_t> si(4, r + 1);
+      auto hs = hvd::allreduce_async(hvd::TensorView(s.data(), DataType::kFloat32, {5}), tag + "sum",
+                                     ReduceOp::kSum);
+      auto ha = hvd::allreduce_async(hvd::TensorView(a.data(), DataType::kFloat32, {5}), tag + "avg",
+                                     ReduceOp::kAverage);
+      auto hi = hvd::allreduce_async(hvd::TensorView(si.data(), DataType::kInt32, {4}), tag + "isum",
+                                     ReduceOp::kSum);
+      std::vector<double> g(static_cast<size_t>(r + 1), r);
+      auto hg = hvd::allgather_async(hvd::TensorView(g.data(), DataType::kFloat64, {r + 1}), tag + "ag");
+      std::vector<int64_t> b(3, r == 0 ? 42 : -1);
+      auto hb = hvd::broadcast_async(hvd::TensorView(b.data(), DataType::kInt64, {3}), 0, tag + "bc");
+      hs.wait();
+      ha.wait();
+      hi.wait();
+      hg.wait();
+      hb.wait();
+      const float sum = static_cast<float>(active * (active + 1) / 2);
+      for (float x : s) REQUIRE(x == sum);
+      for (float x : a) REQUIRE(x == Approx(sum / active));  // divided by contributors only
+      for (int32_t x : si) REQUIRE(x == active * (active + 1) / 2);
+      const auto& out = hg.output();
+      int64_t rows = 0;
+      for (int q = 0; q < active; ++q) rows += q + 1;
+      REQUIRE(out.shape == std::vector<int64_t>{rows});
+      const auto* p = static_cast<const double*>(out.data);
+      int64_t at = 0;
+      for (int q = 0; q < active; ++q) {
+        for (int i = 0; i <= q; ++i) REQUIRE(p[at++] == q);
+      }
+      for (int64_t x : b) REQUIRE(x == 42);
+    }
+    // Rank 0 joins last: once the others joined, it runs one more allreduce alone (so their
+    // joins are negotiated in an earlier round than its own; joins in one round tie).
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::vector<float> f(2, 3.0f);
+      hvd::allreduce(hvd::TensorView(f.data(), DataType::kFloat32, {2}), tag + "alone",
+                     ReduceOp::kAverage);
+      for (float x : f) REQUIRE(x == 3.0f);  // only rank 0 contributed
+    }
+    REQUIRE(hvd::join() == 0);
+  }
+  // Everything works normally afterwards.
+  std::vector<float> v(3, 1.0f);
+  hvd::allreduce(hvd::TensorView(v.data(), DataType::kFloat32, {3}), "after.join", ReduceOp::kSum);
+  for (float x : v) REQUIRE(x == static_cast<float>(n));
+}
+
+TEST_CASE("ops a joined rank cannot take part in fail with a clear error", "[mpi]") {
+  const int r = hvd::rank(), n = hvd::size();
+  if (n < 2) return;
+  const int last = n - 1;
+  if (r == last) {
+    REQUIRE(hvd::join() == last - 1);
+  } else {
+    std::vector<float> t(static_cast<size_t>(2 * n), 1.0f);
+    std::string err = wait_error(hvd::alltoall_async(hvd::TensorView(t.data(), DataType::kFloat32, {2 * n}),
+                                                     {}, "jerr.a2a"));
+    std::string who = "rank " + std::to_string(last) + " has joined";
+    REQUIRE_THAT(err, Contains("alltoall 'jerr.a2a': cannot run while " + who));
+    err = wait_error(hvd::reducescatter_async(hvd::TensorView(t.data(), DataType::kFloat32, {2 * n}),
+                                              "jerr.rs"));
+    REQUIRE_THAT(err, Contains("reducescatter 'jerr.rs': cannot run while " + who));
+    err = wait_error(hvd::broadcast_async(hvd::TensorView(t.data(), DataType::kFloat32, {2 * n}),
+                                          last, "jerr.bc"));
+    REQUIRE(err == "broadcast 'jerr.bc': root rank " + std::to_string(last) +
+                       " has joined and has no tensor to send");
+    // The highest of the ranks joining last wins; rank last-1 sleeps so it is the last one.
+    if (r == last - 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    REQUIRE(hvd::join() == last - 1);
+  }
+}

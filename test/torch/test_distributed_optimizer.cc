@@ -1,0 +1,384 @@
+// SPDX-License-Identifier: Apache-2.0
+// [mpi] DistributedOptimizer: equivalence with single-process training (mnist_mlp, shared
+// autoencoder with three optimizers, natural and Horovod style), overlap of reductions with
+// backward, reduction options, unused parameters, and the error messages.
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "hvd/torch.h"
+#include "models.h"
+
+// libtorch pulls in glog, whose CHECK macro would shadow Catch's: include Catch last.
+#undef CHECK
+#include <catch2/catch.hpp>
+
+using Catch::Matchers::Contains;
+using hvd_examples::shard;
+namespace optim = torch::optim;
+
+namespace {
+
+double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-30);
+}
+
+void require_identical_across_ranks(const torch::nn::Module& m, const std::string& tag) {
+  for (const auto& p : m.named_parameters()) {
+    torch::Tensor root = hvd::broadcast(p.value().detach(), 0, "same." + tag + "." + p.key());
+    INFO("parameter " << p.key() << " at " << tag);
+    REQUIRE(torch::equal(p.value(), root));
+  }
+}
+
+void require_close(const torch::nn::Module& a, const torch::nn::Module& b, double tol) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    INFO("parameter " << pa[i].key());
+    CHECK(rel_diff(pa[i].value(), pb[i].value()) <= tol);
+  }
+}
+
+std::vector<torch::Tensor> params_of(std::initializer_list<torch::nn::Module*> ms) {
+  std::vector<torch::Tensor> out;
+  for (auto* m : ms) {
+    for (auto& p : m->parameters()) out.push_back(p);
+  }
+  return out;
+}
+
+hvd::NamedParameters prefixed_modules(const std::string& prefix,
+                              std::initializer_list<std::pair<std::string, torch::nn::Module*>> ms) {
+  hvd::NamedParameters out;
+  for (const auto& [name, m] : ms) {
+    for (const auto& p : m->named_parameters()) out.emplace_back(prefix + name + "." + p.key(), p.value());
+  }
+  return out;
+}
+
+/// Counts gradient reductions submitted while alive.
+struct SubmitCounter {
+  std::mutex mu;
+  std::vector<std::string> names;
+  SubmitCounter() {
+    hvd::optim::detail::set_submit_observer([this](const std::string& n, const hvd::Handle&) {
+      std::lock_guard<std::mutex> lk(mu);
+      names.push_back(n);
+    });
+  }
+  ~SubmitCounter() { hvd::optim::detail::set_submit_observer(nullptr); }
+  size_t take() {
+    std::lock_guard<std::mutex> lk(mu);
+    size_t n = names.size();
+    names.clear();
+    return n;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("N ranks on 1/N of every batch match one process on the whole batch: mnist_mlp",
+          "[mpi]") {
+  const int64_t B = 32, K = 6;
+  hvd_examples::SyntheticMnist data(B * K);
+  torch::manual_seed(1);
+  hvd_examples::MnistMlp model;
+  torch::manual_seed(1);
+  hvd_examples::MnistMlp ref;
+  optim::SGD sgd(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  optim::SGD ref_sgd(ref->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  hvd::DistributedOptimizer opt(sgd, model->named_parameters());
+  for (int64_t k = 0; k < K; ++k) {
+    torch::Tensor x = data.images().narrow(0, k * B, B), y = data.labels().narrow(0, k * B, B);
+    opt.zero_grad();
+    torch::cross_entropy_loss(model->forward(shard(x, hvd::rank(), hvd::size())),
+                              shard(y, hvd::rank(), hvd::size()))
+        .backward();
+    opt.step();
+    ref_sgd.zero_grad();
+    torch::cross_entropy_loss(ref->forward(x), y).backward();
+    ref_sgd.step();
+    require_identical_across_ranks(*model, "mnist." + std::to_string(k));
+  }
+  require_close(*model, *ref, 1e-5);
+}
+
+namespace {
+
+/// Trains the shared autoencoder K steps with three optimizers (1: encoder + A, SGD; 2: encoder
+/// + B, Adam; 3: C, SGD) and checks it against one process on the whole batch.
+void run_shared_autoencoder(bool horovod_style) {
+  const int64_t B = 16, K = 5;
+  torch::Tensor data = hvd_examples::autoencoder_data(B * K);
+  torch::manual_seed(2);
+  hvd_examples::SharedAutoencoder m;
+  torch::manual_seed(2);
+  hvd_examples::SharedAutoencoder r;
+  auto* enc = m->encoder.ptr().get();
+  optim::SGD o1(params_of({enc, m->dec_a.ptr().get()}), optim::SGDOptions(0.05).momentum(0.9));
+  optim::Adam o2(params_of({enc, m->dec_b.ptr().get()}), optim::AdamOptions(1e-2));
+  optim::SGD o3(params_of({m->dec_c.ptr().get()}), optim::SGDOptions(0.05));
+  optim::SGD r1(params_of({r->encoder.ptr().get(), r->dec_a.ptr().get()}),
+                optim::SGDOptions(0.05).momentum(0.9));
+  optim::Adam r2(params_of({r->encoder.ptr().get(), r->dec_b.ptr().get()}), optim::AdamOptions(1e-2));
+  optim::SGD r3(params_of({r->dec_c.ptr().get()}), optim::SGDOptions(0.05));
+
+  auto named = m->named_parameters();
+  std::unique_ptr<hvd::DistributedOptimizer> d1, d2, d3;
+  if (horovod_style) {  // distinct prefixes per optimizer, explicit synchronize()
+    d1 = std::make_unique<hvd::DistributedOptimizer>(
+        o1, prefixed_modules("opt1.", {{"enc", enc}, {"a", m->dec_a.ptr().get()}}));
+    d2 = std::make_unique<hvd::DistributedOptimizer>(
+        o2, prefixed_modules("opt2.", {{"enc", enc}, {"b", m->dec_b.ptr().get()}}));
+    d3 = std::make_unique<hvd::DistributedOptimizer>(o3, prefixed_modules("opt3.", {{"c", m->dec_c.ptr().get()}}));
+  } else {  // the natural way: the model's names for all three
+    d1 = std::make_unique<hvd::DistributedOptimizer>(o1, named);
+    d2 = std::make_unique<hvd::DistributedOptimizer>(o2, named);
+    d3 = std::make_unique<hvd::DistributedOptimizer>(o3, named);
+  }
+  SubmitCounter submits;
+  for (int64_t k = 0; k < K; ++k) {
+    torch::Tensor x = data.narrow(0, k * B, B);
+    d1->zero_grad();
+    d2->zero_grad();
+    d3->zero_grad();
+    m->loss(shard(x, hvd::rank(), hvd::size())).backward();
+    if (horovod_style) {
+      d1->synchronize();
+      d2->synchronize();
+      d3->synchronize();
+      { auto g = d1->skip_synchronize(); d1->step(); }
+      { auto g = d2->skip_synchronize(); d2->step(); }
+      { auto g = d3->skip_synchronize(); d3->step(); }
+    } else {
+      d1->step();
+      d2->step();
+      d3->step();
+    }
+    CHECK(submits.take() == named.size());  // one reduction per parameter, shared or not
+    r1.zero_grad();
+    r2.zero_grad();
+    r3.zero_grad();
+    r->loss(x).backward();
+    r1.step();
+    r2.step();
+    r3.step();
+    require_identical_across_ranks(*m, "ae." + std::to_string(k));
+  }
+  require_close(*m, *r, 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("shared encoder with three optimizers matches one process, no renaming", "[mpi]") {
+  run_shared_autoencoder(false);
+}
+
+TEST_CASE("shared encoder in Horovod style (prefixes, synchronize) gives the same result", "[mpi]") {
+  run_shared_autoencoder(true);
+}
+
+namespace {
+struct DeepImpl : torch::nn::Module {
+  DeepImpl() {
+    for (int i = 0; i < 4; ++i) {
+      layers.push_back(register_module("l" + std::to_string(i), torch::nn::Linear(64, 64)));
+    }
+  }
+  std::vector<torch::nn::Linear> layers;
+};
+TORCH_MODULE(Deep);
+}  // namespace
+
+TEST_CASE("gradient reductions start during backward, before it returns", "[mpi]") {
+  torch::manual_seed(3);
+  Deep model;
+  optim::SGD sgd(model->parameters(), 0.01);
+  hvd::DistributedOptimizer opt(sgd, model->named_parameters());
+  std::mutex mu;
+  std::vector<std::string> events;
+  std::vector<hvd::Handle> handles;
+  auto log = [&](const std::string& e) {
+    std::lock_guard<std::mutex> lk(mu);
+    events.push_back(e);
+  };
+  hvd::optim::detail::set_submit_observer([&](const std::string& n, const hvd::Handle& h) {
+    log("submit " + n);
+    std::lock_guard<std::mutex> lk(mu);
+    handles.push_back(h);
+  });
+  bool first_done_during_backward = false;
+  torch::Tensor x = torch::randn({8, 64});
+  torch::Tensor h = torch::relu(model->layers[0]->forward(x));
+  // Runs in the middle of backward (after the later layers' gradients, before layer 0's): it
+  // waits up to 10 s for the first reduction, which must already be in flight.
+  h.register_hook([&](torch::Tensor g) {
+    log("slow hook");
+    hvd::Handle first;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!handles.empty()) first = handles.front();
+    }
+    for (int i = 0; i < 1000 && first.valid() && !first.poll(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    first_done_during_backward = first.valid() && first.poll();
+    return g;
+  });
+  for (int i = 1; i < 4; ++i) h = torch::relu(model->layers[i]->forward(h));
+  h.pow(2).mean().backward();
+  log("backward returned");
+  hvd::optim::detail::set_submit_observer(nullptr);
+  opt.step();
+
+  auto pos = [&](const std::string& e) {
+    return std::find(events.begin(), events.end(), e) - events.begin();
+  };
+  REQUIRE(events.size() == 8 + 2);
+  CHECK(events.front().rfind("submit ", 0) == 0);         // the first event is a submission
+  CHECK(pos("slow hook") > 0);                             // ... before the middle of backward
+  CHECK(pos("backward returned") == 9);                    // all 8 submitted during backward
+  CHECK(first_done_during_backward);                       // and the first one finished there
+}
+
+TEST_CASE("reduction options give the independently computed gradients", "[mpi]") {
+  struct Config {
+    const char* what;
+    hvd::DistributedOptimizerOptions options;
+    double tol;
+  };
+  using O = hvd::DistributedOptimizerOptions;
+  std::vector<Config> configs = {
+      {"average", O(), 1e-6},
+      {"sum", O().op(hvd::ReduceOp::kSum), 1e-6},
+      {"fp16", O().compression(hvd::Compression::kFp16), 2e-3},
+      {"bf16", O().compression(hvd::Compression::kBf16), 2e-2},
+      {"predivide", O().gradient_predivide_factor(4.0), 1e-6},
+      {"num_groups", O().num_groups(2), 1e-6},
+      {"groups", O().groups({{"fc1.weight", "fc3.bias"}, {"fc2.weight", "fc2.bias"}}), 1e-6},
+      {"two passes", O().backward_passes_per_step(2), 1e-6},
+  };
+  hvd_examples::SyntheticMnist data(16 * hvd::size(), 77);
+  torch::Tensor x = shard(data.images(), hvd::rank(), hvd::size());
+  torch::Tensor y = shard(data.labels(), hvd::rank(), hvd::size());
+  for (const auto& c : configs) {
+    INFO("config " << c.what);
+    torch::manual_seed(5);
+    hvd_examples::MnistMlp model;
+    torch::manual_seed(5);
+    hvd_examples::MnistMlp ref;
+    optim::SGD sgd(model->parameters(), 0.1);
+    hvd::DistributedOptimizer opt(sgd, model->named_parameters(), c.options);
+    const int passes = c.options.backward_passes_per_step_;
+    for (int p = 0; p < passes; ++p) {
+      const int64_t n = x.size(0) / passes;
+      torch::cross_entropy_loss(model->forward(x.narrow(0, p * n, n)), y.narrow(0, p * n, n))
+          .backward();
+      torch::cross_entropy_loss(ref->forward(x.narrow(0, p * n, n)), y.narrow(0, p * n, n))
+          .backward();
+    }
+    opt.synchronize();
+    for (const auto& p : ref->named_parameters()) {
+      torch::Tensor expect = hvd::allreduce(p.value().grad(), std::string("expect.") + c.what +
+                                                                  "." + p.key(), c.options.op_);
+      INFO("parameter " << p.key());
+      CHECK(rel_diff(model->named_parameters()[p.key()].grad(), expect) <= c.tol);
+    }
+    opt.step();
+  }
+}
+
+TEST_CASE("parameters without a gradient on some ranks get zeros and nobody hangs", "[mpi]") {
+  torch::manual_seed(6);
+  torch::nn::Linear trunk(4, 4), even(4, 1), odd(4, 1);
+  auto named = [&] {
+    hvd::NamedParameters n;
+    for (auto& [pre, m] : {std::pair<std::string, torch::nn::Module*>{"trunk", trunk.ptr().get()},
+                           {"even", even.ptr().get()}, {"odd", odd.ptr().get()}}) {
+      for (const auto& p : m->named_parameters()) n.emplace_back(pre + "." + p.key(), p.value());
+    }
+    return n;
+  }();
+  std::vector<torch::Tensor> all;
+  for (auto& p : named) all.push_back(p.second);
+  optim::SGD sgd(all, 0.1);
+  hvd::DistributedOptimizer opt(sgd, named);
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    torch::Tensor h = trunk->forward(torch::ones({2, 4}) * (hvd::rank() + 1));
+    (hvd::rank() % 2 == 0 ? even : odd)->forward(h).sum().backward();
+    std::vector<torch::Tensor> local;
+    for (auto& p : named) local.push_back(p.second.grad().defined() ? p.second.grad().clone()
+                                                                    : torch::zeros_like(p.second));
+    opt.synchronize();
+    for (size_t i = 0; i < named.size(); ++i) {
+      torch::Tensor expect = hvd::allreduce(local[i], "unused.expect." + named[i].first);
+      INFO("parameter " << named[i].first << " step " << step);
+      CHECK(rel_diff(named[i].second.grad(), expect) <= 1e-6);
+    }
+    opt.step();
+  }
+}
+
+TEST_CASE("two different tensors under one name are rejected, naming both owners", "[mpi]") {
+  torch::Tensor a = torch::randn({4, 3}, torch::requires_grad());
+  torch::Tensor b = torch::randn({2}, torch::requires_grad());
+  optim::SGD s1(std::vector<torch::Tensor>{a}, 0.1), s2(std::vector<torch::Tensor>{b}, 0.1);
+  hvd::DistributedOptimizer first(s1, hvd::NamedParameters{{"w", a}},
+                                  hvd::DistributedOptimizerOptions().label("first"));
+  CHECK_THROWS_WITH(hvd::DistributedOptimizer(s2, hvd::NamedParameters{{"w", b}},
+                                              hvd::DistributedOptimizerOptions().label("second")),
+                    Contains("two different tensors") && Contains("'w'") &&
+                        Contains("'first'") && Contains("'second'") && Contains("[4, 3]"));
+  optim::SGD s3(std::vector<torch::Tensor>{a}, 0.2);
+  CHECK_NOTHROW(hvd::DistributedOptimizer(s3, hvd::NamedParameters{{"w", a}}));
+  optim::SGD s4(std::vector<torch::Tensor>{a, b}, 0.2);
+  CHECK_THROWS_WITH(hvd::DistributedOptimizer(s4, hvd::NamedParameters{{"v", a}, {"v", b}}),
+                    Contains("two different tensors") && Contains("'v'"));
+  CHECK_THROWS_WITH(hvd::DistributedOptimizer(s4, hvd::NamedParameters{{"v", a}}),
+                    Contains("not in named_parameters"));
+}
+
+TEST_CASE("zero_grad while reductions are in flight is an error", "[mpi]") {
+  torch::manual_seed(8);
+  torch::nn::Linear lin(3, 2);
+  optim::SGD sgd(lin->parameters(), 0.1);
+  hvd::DistributedOptimizer opt(sgd, lin->named_parameters());
+  lin->forward(torch::ones({1, 3})).sum().backward();
+  CHECK_THROWS_WITH(opt.zero_grad(), Contains("zero_grad()") && Contains("in flight") &&
+                                         (Contains("'weight'") || Contains("'bias'")));
+  opt.step();
+  CHECK_NOTHROW(opt.zero_grad());
+}
+
+TEST_CASE("backward_passes_per_step misuse is reported", "[mpi]") {
+  torch::manual_seed(9);
+  torch::nn::Linear lin(3, 2);
+  optim::SGD sgd(lin->parameters(), 0.1);
+  auto loss = [&] { return lin->forward(torch::ones({1, 3})).sum(); };
+  CHECK_THROWS_WITH(hvd::DistributedOptimizer(sgd, lin->named_parameters(),
+                                              hvd::DistributedOptimizerOptions().backward_passes_per_step(0)),
+                    Contains("backward_passes_per_step must be >= 1, got 0"));
+  {
+    hvd::DistributedOptimizer opt(sgd, lin->named_parameters());
+    loss().backward();
+    CHECK_THROWS_WITH(loss().backward(), Contains("computed again") &&
+                                             Contains("backward_passes_per_step=1"));
+    opt.step();
+  }
+  {
+    hvd::DistributedOptimizer opt(sgd, lin->named_parameters(),
+                                  hvd::DistributedOptimizerOptions().backward_passes_per_step(2));
+    opt.zero_grad();
+    loss().backward();
+    CHECK_THROWS_WITH(opt.zero_grad(), Contains("1 of backward_passes_per_step=2"));
+    loss().backward();
+    opt.step();
+  }
+  CHECK_THROWS_WITH(hvd::DistributedOptimizer(sgd, lin->named_parameters(),
+                                              hvd::DistributedOptimizerOptions()
+                                                  .op(hvd::ReduceOp::kSum)
+                                                  .gradient_predivide_factor(2)),
+                    Contains("only supported with op Average"));
+}

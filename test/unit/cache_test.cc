@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// ResponseCache: lookups, LRU eviction, bit reuse and a disabled cache.
+#include "hvd/core/cache.h"
+
+#include <catch2/catch.hpp>
+#include <stdexcept>
+
+using namespace hvd;
+using namespace hvd::core;
+
+namespace {
+
+Request req(const std::string& name, std::vector<int64_t> shape = {4}) {
+  Request r;
+  r.name = name;
+  r.shape = std::move(shape);
+  return r;
+}
+
+uint32_t bit_of(const ResponseCache& c, const std::string& name) {
+  uint32_t bit = 9999;
+  REQUIRE(c.lookup(req(name), &bit) == ResponseCache::Lookup::kHit);
+  return bit;
+}
+
+}  // namespace
+
+TEST_CASE("cache lookup is a miss, then a hit with the same parameters", "[unit]") {
+  ResponseCache c(4);
+  uint32_t bit = 9999;
+  REQUIRE(c.lookup(req("a"), &bit) == ResponseCache::Lookup::kMiss);
+  REQUIRE_FALSE(c.put(req("a")).has_value());
+  REQUIRE(c.size() == 1);
+  REQUIRE(c.lookup(req("a"), &bit) == ResponseCache::Lookup::kHit);
+  REQUIRE(bit == 0);
+  REQUIRE(c.contains(0));
+  REQUIRE(c.at(0).name == "a");
+}
+
+TEST_CASE("cache lookup ignores the rank", "[unit]") {
+  ResponseCache c(4);
+  Request r0 = req("a");
+  r0.rank = 0;
+  (void)c.put(r0);
+  Request r3 = req("a");
+  r3.rank = 3;
+  uint32_t bit = 9999;
+  REQUIRE(c.lookup(r3, &bit) == ResponseCache::Lookup::kHit);
+}
+
+TEST_CASE("cache lookup with different parameters is a mismatch on the cached bit", "[unit]") {
+  ResponseCache c(4);
+  (void)c.put(req("a"));
+  (void)c.put(req("b"));
+  uint32_t bit = 9999;
+  REQUIRE(c.lookup(req("b", {5}), &bit) == ResponseCache::Lookup::kMismatch);
+  REQUIRE(bit == 1);
+  Request other_dtype = req("b");
+  other_dtype.dtype = DataType::kInt32;
+  REQUIRE(c.lookup(other_dtype, &bit) == ResponseCache::Lookup::kMismatch);
+}
+
+TEST_CASE("bits are handed out lowest first", "[unit]") {
+  ResponseCache c(3);
+  for (const char* n : {"a", "b", "c"}) (void)c.put(req(n));
+  REQUIRE(bit_of(c, "a") == 0);
+  REQUIRE(bit_of(c, "b") == 1);
+  REQUIRE(bit_of(c, "c") == 2);
+}
+
+TEST_CASE("a full cache evicts the least recently used entry", "[unit]") {
+  ResponseCache c(3);
+  for (const char* n : {"a", "b", "c"}) (void)c.put(req(n));
+  c.touch(bit_of(c, "a"));  // LRU order now (oldest first): b, c, a
+  auto ev = c.put(req("d"));
+  REQUIRE(ev == std::optional<uint32_t>(1));  // b's bit
+  uint32_t bit = 9999;
+  REQUIRE(c.lookup(req("b"), &bit) == ResponseCache::Lookup::kMiss);
+  REQUIRE(bit_of(c, "d") == 1);  // the freed bit is reused
+  REQUIRE(c.size() == 3);
+  ev = c.put(req("e"));  // oldest now c
+  REQUIRE(ev == std::optional<uint32_t>(2));
+  ev = c.put(req("f"));  // then a
+  REQUIRE(ev == std::optional<uint32_t>(0));
+  REQUIRE(bit_of(c, "f") == 0);
+}
+
+TEST_CASE("re-putting a cached name replaces its parameters in place and refreshes it", "[unit]") {
+  ResponseCache c(2);
+  (void)c.put(req("a"));
+  (void)c.put(req("b"));
+  REQUIRE_FALSE(c.put(req("a", {9})).has_value());
+  REQUIRE(c.size() == 2);
+  uint32_t bit = 9999;
+  REQUIRE(c.lookup(req("a", {9}), &bit) == ResponseCache::Lookup::kHit);
+  REQUIRE(bit == 0);
+  REQUIRE(c.put(req("c")) == std::optional<uint32_t>(1));  // b was least recent
+}
+
+TEST_CASE("erase frees the bit and the lowest free bit is reused first", "[unit]") {
+  ResponseCache c(4);
+  for (const char* n : {"a", "b", "c", "d"}) (void)c.put(req(n));
+  c.erase(2);
+  c.erase(0);
+  REQUIRE_FALSE(c.contains(0));
+  REQUIRE_FALSE(c.contains(2));
+  REQUIRE(c.size() == 2);
+  REQUIRE_FALSE(c.put(req("x")).has_value());
+  REQUIRE(bit_of(c, "x") == 0);
+  REQUIRE_FALSE(c.put(req("y")).has_value());
+  REQUIRE(bit_of(c, "y") == 2);
+  c.erase(2);
+  c.erase(2);  // erasing a free bit is harmless
+  REQUIRE(c.size() == 3);
+  REQUIRE_FALSE(c.put(req("z")).has_value());
+  REQUIRE(bit_of(c, "z") == 2);
+}
+
+TEST_CASE("erased entries leave the LRU order", "[unit]") {
+  ResponseCache c(2);
+  (void)c.put(req("a"));
+  (void)c.put(req("b"));
+  c.erase(0);                                              // a gone
+  REQUIRE_FALSE(c.put(req("c")).has_value());              // takes bit 0, no eviction
+  REQUIRE(c.put(req("d")) == std::optional<uint32_t>(1));  // b is oldest
+}
+
+TEST_CASE("at() on a free bit throws", "[unit]") {
+  ResponseCache c(2);
+  REQUIRE_THROWS_AS(c.at(0), std::out_of_range);
+  REQUIRE_THROWS_AS(c.at(5), std::out_of_range);
+  REQUIRE_FALSE(c.contains(5));
+}
+
+TEST_CASE("a cache of capacity 0 stores nothing", "[unit]") {
+  ResponseCache c(0);
+  REQUIRE(c.num_words() == 0);
+  REQUIRE_FALSE(c.put(req("a")).has_value());
+  REQUIRE(c.size() == 0);
+  uint32_t bit = 9999;
+  REQUIRE(c.lookup(req("a"), &bit) == ResponseCache::Lookup::kMiss);
+  ResponseCache negative(-5);
+  REQUIRE(negative.capacity() == 0);
+}
+
+TEST_CASE("num_words covers every bit", "[unit]") {
+  REQUIRE(ResponseCache(1).num_words() == 1);
+  REQUIRE(ResponseCache(64).num_words() == 1);
+  REQUIRE(ResponseCache(65).num_words() == 2);
+  REQUIRE(ResponseCache(1024).num_words() == 16);
+}
