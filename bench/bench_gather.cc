@@ -22,7 +22,8 @@ namespace {
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 double median_ms(int iters, const std::function<void()>& body) {
@@ -120,8 +121,7 @@ int main(int argc, char** argv) {
     t_hvd = median_ms(iters, [&] {
       for (int j = 0; j < c.k; ++j) {
         hs[static_cast<size_t>(j)] = hvd::alltoall_async(
-            hvd::TensorView(ts[static_cast<size_t>(j)].data(), hvd::DataType::kFloat32,
-                            {s_even}),
+            hvd::TensorView(ts[static_cast<size_t>(j)].data(), hvd::DataType::kFloat32, {s_even}),
             {}, "a2a." + names[static_cast<size_t>(j)]);
       }
       for (auto& h : hs) h.wait();
@@ -132,8 +132,8 @@ int main(int argc, char** argv) {
       displs[static_cast<size_t>(q)] = static_cast<int>(per_even / n) * q;
     }
     t_raw = median_ms(iters, [&] {
-      MPI_Alltoallv(flat.data(), counts.data(), displs.data(), MPI_FLOAT, out.data(),
-                    counts.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+      MPI_Alltoallv(flat.data(), counts.data(), displs.data(), MPI_FLOAT, out.data(), counts.data(),
+                    displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
     });
     if (rank == 0) {
       std::printf("%-10s %-10s %10.2f %12.3f %12.3f %7.2fx\n", "alltoall", c.label,

@@ -26,7 +26,8 @@ struct Case {
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 // Median over iterations of the slowest rank's time.
@@ -50,8 +51,10 @@ int main(int argc, char** argv) {
   int iters = 30;
   std::string only;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
+      iters = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--case") && i + 1 < argc)
+      only = argv[++i];
     else {
       std::fprintf(stderr, "usage: hvd_bench [--iters N] [--case KxS]\n");
       return 2;
@@ -59,11 +62,14 @@ int main(int argc, char** argv) {
   }
   hvd::init();
   const int rank = hvd::rank();
-  const Case cases[] = {{1, 1 << 20, "1x1Mi"}, {64, 16 << 10, "64x16Ki"},
-                        {16, 1 << 20, "16x1Mi"}, {1024, 256, "1024x256"}};
+  const Case cases[] = {{1, 1 << 20, "1x1Mi"},
+                        {64, 16 << 10, "64x16Ki"},
+                        {16, 1 << 20, "16x1Mi"},
+                        {1024, 256, "1024x256"}};
   if (rank == 0) {
-    std::printf("hvd_bench: allreduce (Sum, float32), np=%d, %d iterations, median of slowest rank\n",
-                hvd::size(), iters);
+    std::printf(
+        "hvd_bench: allreduce (Sum, float32), np=%d, %d iterations, median of slowest rank\n",
+        hvd::size(), iters);
     std::printf("%-10s %10s %12s %12s %12s %8s\n", "case", "MiB", "hvd ms", "raw1 ms", "rawK ms",
                 "ratio");
   }

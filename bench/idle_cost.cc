@@ -50,10 +50,13 @@ int main(int argc, char** argv) {
   double idle_s = 10;
   int reps = 9;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--idle-seconds") && i + 1 < argc) idle_s = std::atof(argv[++i]);
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--idle-seconds") && i + 1 < argc)
+      idle_s = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
   }
-  MPI_Init(&argc, &argv);  // hvd::init() then uses the caller's MPI (and leaves it to finalise)
+  int provided = 0;  // hvd::init() then uses the caller's MPI (and leaves it to finalise)
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
@@ -72,15 +75,18 @@ int main(int argc, char** argv) {
     after.push_back(compute_ms());
   }
   double mb = median(before), ma = median(after);
-  double worst_pct = 0, pct = 100.0 * idle_cpu / idle_s, slow = 100.0 * (ma / mb - 1.0), worst_slow = 0;
+  double worst_pct = 0, pct = 100.0 * idle_cpu / idle_s, slow = 100.0 * (ma / mb - 1.0),
+         worst_slow = 0;
   MPI_Reduce(&pct, &worst_pct, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   MPI_Reduce(&slow, &worst_slow, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     std::printf("hvd_idle_cost: np=%d\n", hvd::size());
     std::printf("  idle CPU over %.0f s: %.3f%% of one core (worst rank; target < 2%%)\n", idle_s,
                 worst_pct);
-    std::printf("  compute loop median: %.1f ms without hvd, %.1f ms with hvd idle: %+.2f%% "
-                "(worst rank; target <= 3%%)\n", mb, ma, worst_slow);
+    std::printf(
+        "  compute loop median: %.1f ms without hvd, %.1f ms with hvd idle: %+.2f%% "
+        "(worst rank; target <= 3%%)\n",
+        mb, ma, worst_slow);
   }
   hvd::shutdown();
   MPI_Finalize();

@@ -2,7 +2,8 @@
 // Data-parallel linear regression with the plain hvd C++ API (no framework): each rank computes
 // gradients on its shard, hvd averages them (fused, asynchronously), every rank applies them.
 //
-//   mpirun -np 2 build/examples/allreduce_demo     or     hvdrun -np 2 build/examples/allreduce_demo
+//   mpirun -np 2 build/examples/allreduce_demo     or     hvdrun -np 2
+//   build/examples/allreduce_demo
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -53,19 +54,24 @@ int main() {
     gb[0] /= static_cast<float>(n);
     loss[0] /= static_cast<float>(n);
     // Three tensors in flight at once: the runtime fuses them into one MPI allreduce.
-    auto h1 = hvd::allreduce_async(hvd::TensorView(gw.data(), hvd::DataType::kFloat32, {kFeatures}), "grad.w");
-    auto h2 = hvd::allreduce_async(hvd::TensorView(gb.data(), hvd::DataType::kFloat32, {1}), "grad.b");
-    auto h3 = hvd::allreduce_async(hvd::TensorView(loss.data(), hvd::DataType::kFloat32, {1}), "loss");
+    auto h1 = hvd::allreduce_async(hvd::TensorView(gw.data(), hvd::DataType::kFloat32, {kFeatures}),
+                                   "grad.w");
+    auto h2 =
+        hvd::allreduce_async(hvd::TensorView(gb.data(), hvd::DataType::kFloat32, {1}), "grad.b");
+    auto h3 =
+        hvd::allreduce_async(hvd::TensorView(loss.data(), hvd::DataType::kFloat32, {1}), "loss");
     hvd::wait(h1);
     hvd::wait(h2);
     hvd::wait(h3);
-    for (int j = 0; j < kFeatures; ++j) w[static_cast<size_t>(j)] -= 0.05f * gw[static_cast<size_t>(j)];
+    for (int j = 0; j < kFeatures; ++j)
+      w[static_cast<size_t>(j)] -= 0.05f * gw[static_cast<size_t>(j)];
     b[0] -= 0.05f * gb[0];
     if (rank == 0 && step % 50 == 0) std::printf("step %3d  loss %.6f\n", step, loss[0]);
   }
   float max_err = std::fabs(b[0] - 0.5f);
   for (int j = 0; j < kFeatures; ++j) {
-    max_err = std::max(max_err, std::fabs(w[static_cast<size_t>(j)] - w_true[static_cast<size_t>(j)]));
+    max_err =
+        std::max(max_err, std::fabs(w[static_cast<size_t>(j)] - w_true[static_cast<size_t>(j)]));
   }
   if (rank == 0) {
     std::printf("trained on %d ranks: final loss %.2e, max |w - w_true| = %.2e\n", size, loss[0],

@@ -38,8 +38,7 @@ int main(int argc, char** argv) {
   hvd::DistributedOptimizer d_a(opt_a, names), d_b(opt_b, names), d_c(opt_c, names);
 
   for (int epoch = 1; epoch <= epochs; ++epoch) {
-    torch::data::samplers::DistributedRandomSampler sampler(data.size(0), hvd::size(),
-                                                            hvd::rank());
+    torch::data::samplers::DistributedRandomSampler sampler(data.size(0), hvd::size(), hvd::rank());
     sampler.set_epoch(epoch);
     double loss_sum = 0;
     int64_t batches = 0;
@@ -57,8 +56,8 @@ int main(int argc, char** argv) {
       loss_sum += loss.item<double>();
       ++batches;
     }
-    torch::Tensor mean = hvd::allreduce(torch::tensor(loss_sum / static_cast<double>(batches)),
-                                        "epoch_loss");
+    torch::Tensor mean =
+        hvd::allreduce(torch::tensor(loss_sum / static_cast<double>(batches)), "epoch_loss");
     if (hvd::rank() == 0) {
       std::printf("epoch %d  reconstruction loss (A+B+C) %.5f  (%d ranks)\n", epoch,
                   mean.item<double>(), hvd::size());

@@ -9,11 +9,11 @@
 // optimizer accumulates them locally with backward_passes_per_step(2). While the generator
 // trains, the discriminator's parameters are frozen so that backward does not start reductions
 // of discriminator gradients that its optimizer would not consume.
+#include <torch/torch.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-
-#include <torch/torch.h>
 
 #include "hvd/torch.h"
 
@@ -43,15 +43,16 @@ TORCH_MODULE(Generator);
 struct DiscriminatorImpl : torch::nn::Module {
   DiscriminatorImpl()
       : net(register_module(
-            "net",
-            torch::nn::Sequential(
-                torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 4).stride(2).padding(1).bias(false)),
-                torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(0.2)),
-                torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 4).stride(2).padding(1).bias(false)),
-                torch::nn::BatchNorm2d(32),
-                torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(0.2)),
-                torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 1, 4).bias(false)),
-                torch::nn::Sigmoid()))) {}
+            "net", torch::nn::Sequential(
+                       torch::nn::Conv2d(
+                           torch::nn::Conv2dOptions(1, 16, 4).stride(2).padding(1).bias(false)),
+                       torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(0.2)),
+                       torch::nn::Conv2d(
+                           torch::nn::Conv2dOptions(16, 32, 4).stride(2).padding(1).bias(false)),
+                       torch::nn::BatchNorm2d(32),
+                       torch::nn::LeakyReLU(torch::nn::LeakyReLUOptions().negative_slope(0.2)),
+                       torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 1, 4).bias(false)),
+                       torch::nn::Sigmoid()))) {}
   torch::Tensor forward(const torch::Tensor& x) { return net->forward(x).reshape({-1}); }
   torch::nn::Sequential net;
 };
@@ -83,7 +84,8 @@ int main(int argc, char** argv) {
   Discriminator discriminator;
   hvd::broadcast_parameters(*generator, 0);
   hvd::broadcast_parameters(*discriminator, 0);
-  torch::optim::Adam g_adam(generator->parameters(), torch::optim::AdamOptions(2e-3).betas({0.5, 0.999}));
+  torch::optim::Adam g_adam(generator->parameters(),
+                            torch::optim::AdamOptions(2e-3).betas({0.5, 0.999}));
   torch::optim::Adam d_adam(discriminator->parameters(),
                             torch::optim::AdamOptions(1e-3).betas({0.5, 0.999}));
   hvd::broadcast_optimizer_state(g_adam, 0);
@@ -106,12 +108,12 @@ int main(int argc, char** argv) {
 
       // Discriminator: real batch (labels smoothed to 0.9), then generated batch.
       d_opt.zero_grad();
-      torch::Tensor d_real = torch::binary_cross_entropy(discriminator->forward(real),
-                                                         torch::full({b}, 0.9));
+      torch::Tensor d_real =
+          torch::binary_cross_entropy(discriminator->forward(real), torch::full({b}, 0.9));
       d_real.backward();
       torch::Tensor fake = generator->forward(torch::randn({b, kLatent, 1, 1}));
-      torch::Tensor d_fake = torch::binary_cross_entropy(discriminator->forward(fake.detach()),
-                                                         torch::zeros({b}));
+      torch::Tensor d_fake =
+          torch::binary_cross_entropy(discriminator->forward(fake.detach()), torch::zeros({b}));
       d_fake.backward();
       d_opt.step();
 

@@ -45,13 +45,15 @@ int main(int argc, char** argv) {
     torch::Tensor mean_loss =
         hvd::allreduce(torch::tensor(loss_sum / static_cast<double>(batches)), "epoch_loss");
     torch::NoGradGuard no_grad;
-    const double accuracy =
-        model->forward(dataset.images()).argmax(1).eq(dataset.labels()).to(torch::kDouble)
-            .mean().item<double>();
+    const double accuracy = model->forward(dataset.images())
+                                .argmax(1)
+                                .eq(dataset.labels())
+                                .to(torch::kDouble)
+                                .mean()
+                                .item<double>();
     if (hvd::rank() == 0) {
       std::printf("epoch %d  loss %.4f  accuracy %.3f  (%d ranks, %lld batches each)\n", epoch,
-                  mean_loss.item<double>(), accuracy, hvd::size(),
-                  static_cast<long long>(batches));
+                  mean_loss.item<double>(), accuracy, hvd::size(), static_cast<long long>(batches));
       std::fflush(stdout);
     }
   }

@@ -17,16 +17,16 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& r, uint32_t* bit) con
   auto it = by_name_.find(r.name);
   if (it == by_name_.end()) return Lookup::kMiss;
   *bit = it->second;
-  Request probe = r;
-  probe.rank = entries_[it->second].params.rank;
-  return entries_[it->second].params.same_params(probe) ? Lookup::kHit : Lookup::kMismatch;
+  // same_params ignores the rank, so no copy of the request is needed.
+  return entries_[it->second].params.same_params(r) ? Lookup::kHit : Lookup::kMismatch;
 }
 
-std::optional<uint32_t> ResponseCache::put(const Request& params) {
+std::optional<uint32_t> ResponseCache::put(const Request& params, const Response& response) {
   if (capacity_ == 0) return std::nullopt;
   auto it = by_name_.find(params.name);
   if (it != by_name_.end()) {  // re-negotiated with new parameters: replace in place
     entries_[it->second].params = params;
+    entries_[it->second].response = response;
     touch(it->second);
     return std::nullopt;
   }
@@ -39,6 +39,7 @@ std::optional<uint32_t> ResponseCache::put(const Request& params) {
   free_bits_.pop_back();
   Entry& e = entries_[bit];
   e.params = params;
+  e.response = response;
   e.used = true;
   lru_.push_front(bit);
   e.lru_pos = lru_.begin();
@@ -59,6 +60,7 @@ void ResponseCache::erase(uint32_t bit) {
   lru_.erase(e.lru_pos);
   e.used = false;
   e.params = Request{};
+  e.response = Response{};
   // Keep free bits sorted descending so the lowest free bit is reused first on every rank.
   auto pos = std::lower_bound(free_bits_.begin(), free_bits_.end(), bit, std::greater<>());
   free_bits_.insert(pos, bit);
@@ -71,6 +73,11 @@ bool ResponseCache::contains(uint32_t bit) const {
 const Request& ResponseCache::at(uint32_t bit) const {
   if (!contains(bit)) throw std::out_of_range("hvd: response cache bit not in use");
   return entries_[bit].params;
+}
+
+const Response& ResponseCache::response_at(uint32_t bit) const {
+  if (!contains(bit)) throw std::out_of_range("hvd: response cache bit not in use");
+  return entries_[bit].response;
 }
 
 }  // namespace hvd::core

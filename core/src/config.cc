@@ -29,8 +29,8 @@ const Var kTimeline{"HVD_TIMELINE", "HOROVOD_TIMELINE"};
 const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
 const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
 // Variables other parts of hvd read through their own layers (the launcher's test hosts).
-const char* const kOtherKnown[] = {"HVD_TESTHOSTS_PREFIX",
-                                   "HVD_TESTHOSTS_SUBNET", "HVD_TESTHOSTS_DIR"};
+const char* const kOtherKnown[] = {"HVD_TESTHOSTS_PREFIX", "HVD_TESTHOSTS_SUBNET",
+                                   "HVD_TESTHOSTS_DIR"};
 
 class Reader {
  public:
@@ -53,8 +53,8 @@ class Reader {
     errno = 0;
     long long x = std::strtoll(s.c_str(), &end, 10);
     if (s.empty() || *end != '\0' || errno != 0 || x < lo) {
-      return invalid_argument(kv->second + "='" + s + "' is not an integer >= " +
-                              std::to_string(lo));
+      return invalid_argument(kv->second + "='" + s +
+                              "' is not an integer >= " + std::to_string(lo));
     }
     *out = x;
     return Status::OK();
@@ -67,8 +67,7 @@ class Reader {
     char* end = nullptr;
     double x = std::strtod(s.c_str(), &end);
     if (s.empty() || *end != '\0' || !std::isfinite(x) || x < lo) {
-      return invalid_argument(kv->second + "='" + s + "' is not a number >= " +
-                              std::to_string(lo));
+      return invalid_argument(kv->second + "='" + s + "' is not a number >= " + std::to_string(lo));
     }
     *out = x;
     return Status::OK();

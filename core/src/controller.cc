@@ -28,7 +28,21 @@ Response response_from_cache(const Request& p) {
 }
 
 bool cacheable(const Request& r) {
-  return r.group.empty() && (r.op == OpType::kAllreduce || r.op == OpType::kBroadcast);
+  return r.group.empty() &&
+         (r.op == OpType::kAllreduce || r.op == OpType::kBroadcast || r.op == OpType::kAllgather ||
+          r.op == OpType::kAlltoall || r.op == OpType::kReducescatter);
+}
+
+// allgather / alltoall / reducescatter: the response agreed when the entry was cached (every
+// rank's rows), with this rank's device. The others are rebuilt from the request alone.
+Response cached_response(const ResponseCache& cache, uint32_t bit) {
+  const Request& p = cache.at(bit);
+  if (p.op != OpType::kAllgather && p.op != OpType::kAlltoall && p.op != OpType::kReducescatter) {
+    return response_from_cache(p);
+  }
+  Response r = cache.response_at(bit);
+  r.device = p.device;
+  return r;
 }
 
 }  // namespace
@@ -36,13 +50,13 @@ bool cacheable(const Request& r) {
 Controller::Controller(Transport* transport, int64_t cache_capacity)
     : transport_(transport), cache_(cache_capacity), cache_enabled_(cache_capacity > 0) {}
 
-void Controller::submit(const Request& r) {
+void Controller::submit(Request r) {
   if (r.op == OpType::kJoin) joined_ = true;
   if (cache_enabled_ && cacheable(r)) {
     uint32_t bit = 0;
     switch (cache_.lookup(r, &bit)) {
       case ResponseCache::Lookup::kHit:
-        pending_bits_[bit] = r;
+        pending_bits_[bit] = std::move(r);
         return;
       case ResponseCache::Lookup::kMismatch:
         invalid_bits_.insert(bit);
@@ -51,7 +65,7 @@ void Controller::submit(const Request& r) {
         break;
     }
   }
-  uncached_.push_back(r);
+  uncached_.push_back(std::move(r));
 }
 
 Status Controller::run_round(bool want_shutdown, RoundResult* out) {
@@ -99,7 +113,7 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
     while (ready) {
       uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(ready));
       ready &= ready - 1;
-      out->responses.push_back(response_from_cache(cache_.at(b)));
+      out->responses.push_back(cached_response(cache_, b));
       cache_.touch(b);
       pending_bits_.erase(b);
     }
@@ -129,7 +143,8 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
     ResponseList rl;
     for (int i = 0; i < static_cast<int>(all.size()); ++i) {
       auto parsed = parse_request_list(all[i].data(), all[i].size());
-      if (!parsed.ok()) return internal_error("from rank " + std::to_string(i) + ": " + parsed.status().message());
+      if (!parsed.ok())
+        return internal_error("from rank " + std::to_string(i) + ": " + parsed.status().message());
       if (parsed.value().shutdown) rl.shutdown_ranks.push_back(i);
       for (auto& r : parsed.value().requests) {
         r.rank = i;
@@ -158,7 +173,7 @@ void Controller::cache_new_responses(const std::vector<Response>& responses, boo
       auto it = sent_.find(name);
       if (it == sent_.end()) continue;
       if (cache_enabled_ && !any_joined && !resp.is_error() && cacheable(it->second)) {
-        if (auto evicted = cache_.put(it->second)) {
+        if (auto evicted = cache_.put(it->second, resp)) {
           auto p = pending_bits_.find(*evicted);
           if (p != pending_bits_.end()) {
             uncached_.push_back(p->second);

@@ -16,7 +16,12 @@ Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
                               shape_str(shape));
     }
   } else {
-    e->handle->owned_output.reset(new uint8_t[bytes > 0 ? bytes : 1]);  // uninitialised
+    if (e->pool) {
+      e->handle->owned_output = e->pool->take(bytes);
+    } else {
+      e->handle->owned_output.reset(new uint8_t[bytes > 0 ? bytes : 1],  // uninitialised
+                                    std::default_delete<uint8_t[]>());
+    }
     data = e->handle->owned_output.get();
   }
   e->output = TensorView(data, t, shape, e->input.device);

@@ -8,15 +8,24 @@ namespace hvd::core {
 
 const char* op_name(OpType op) {
   switch (op) {
-    case OpType::kAllreduce: return "allreduce";
-    case OpType::kBroadcast: return "broadcast";
-    case OpType::kBarrier: return "barrier";
-    case OpType::kAllgather: return "allgather";
-    case OpType::kAlltoall: return "alltoall";
-    case OpType::kReducescatter: return "reducescatter";
-    case OpType::kJoin: return "join";
-    case OpType::kAddProcessSet: return "add_process_set";
-    case OpType::kRemoveProcessSet: return "remove_process_set";
+    case OpType::kAllreduce:
+      return "allreduce";
+    case OpType::kBroadcast:
+      return "broadcast";
+    case OpType::kBarrier:
+      return "barrier";
+    case OpType::kAllgather:
+      return "allgather";
+    case OpType::kAlltoall:
+      return "alltoall";
+    case OpType::kReducescatter:
+      return "reducescatter";
+    case OpType::kJoin:
+      return "join";
+    case OpType::kAddProcessSet:
+      return "add_process_set";
+    case OpType::kRemoveProcessSet:
+      return "remove_process_set";
   }
   return "invalid";
 }
@@ -100,7 +109,10 @@ class Reader {
     return enumeration(&d->kind, static_cast<uint8_t>(DeviceKind::kCuda)) && pod(&d->index);
   }
   bool done() const { return ok_ && off_ == n_; }
-  bool fail() { ok_ = false; return false; }
+  bool fail() {
+    ok_ = false;
+    return false;
+  }
 
  private:
   const uint8_t* d_;
@@ -149,11 +161,11 @@ Result<RequestList> parse_request_list(const uint8_t* data, size_t size) {
     ok = rd.pod(&r.rank) && rd.enumeration(&r.op, kMaxOp) && rd.str(&r.name) &&
          rd.dtype(&r.dtype) && rd.i64s(&r.shape) && rd.enumeration(&r.reduce_op, kMaxReduce) &&
          rd.pod(&r.root) && rd.pod(&r.prescale) && rd.pod(&r.postscale) && rd.device(&r.device) &&
-         rd.pod(&r.process_set) && rd.str(&r.group) && rd.pod(&r.group_size) &&
-         rd.i64s(&r.splits);
+         rd.pod(&r.process_set) && rd.str(&r.group) && rd.pod(&r.group_size) && rd.i64s(&r.splits);
     if (ok) l.requests.push_back(std::move(r));
   }
-  if (!ok || !rd.done()) return internal_error("malformed request list (" + std::to_string(size) + " bytes)");
+  if (!ok || !rd.done())
+    return internal_error("malformed request list (" + std::to_string(size) + " bytes)");
   l.shutdown = shut != 0;
   return l;
 }
@@ -209,7 +221,8 @@ Result<ResponseList> parse_response_list(const uint8_t* data, size_t size) {
          rd.i64s(&r.joined) && rd.str(&r.error);
     if (ok) l.responses.push_back(std::move(r));
   }
-  if (!ok || !rd.done()) return internal_error("malformed response list (" + std::to_string(size) + " bytes)");
+  if (!ok || !rd.done())
+    return internal_error("malformed response list (" + std::to_string(size) + " bytes)");
   return l;
 }
 

@@ -3,7 +3,6 @@
 #include "hvd/core/runtime.h"
 
 #include <algorithm>
-#include <algorithm>
 #include <chrono>
 
 #include "hvd/core/fusion.h"
@@ -36,18 +35,20 @@ Handle Runtime::enqueue(TensorEntry entry) {
   if (!entry.handle) entry.handle = std::make_shared<HandleState>();
   Handle h(entry.handle);
   const Request& r = entry.request;
-  const std::string who = std::string(op_name(r.op)) + " '" + r.name + "'";
+  auto who = [&r] { return std::string(op_name(r.op)) + " '" + r.name + "'"; };  // errors only
   if (r.process_set != parts_.process_set) {
     auto child = process_set(r.process_set);
     if (!child.ok()) {
-      entry.handle->complete(Status(child.status().code(), who + ": " + child.status().message()));
+      entry.handle->complete(
+          Status(child.status().code(), who() + ": " + child.status().message()));
       return h;
     }
     return child.value()->enqueue(std::move(entry));
   }
+  if (!entry.allocator && !entry.pool) entry.pool = pool_;
   Status bad = validate_local(r, size_);
   if (bad.ok() && entry.input.device.kind == DeviceKind::kCuda && !parts_.device_executor) {
-    bad = invalid_argument(who + ": tensor is on " + entry.input.device.str() + " but " +
+    bad = invalid_argument(who() + ": tensor is on " + entry.input.device.str() + " but " +
                            parts_.no_device_reason);
   }
   if (!bad.ok()) {
@@ -56,19 +57,20 @@ Handle Runtime::enqueue(TensorEntry entry) {
   }
   std::lock_guard<std::mutex> lk(mu_);
   if (stopped_) {
-    entry.handle->complete(Status(stop_status_.code(), who + ": " + stop_status_.message()));
+    entry.handle->complete(Status(stop_status_.code(), who() + ": " + stop_status_.message()));
     return h;
   }
   if (shutdown_requested_) {
-    entry.handle->complete(aborted(who + ": submitted while hvd is shutting down"));
+    entry.handle->complete(aborted(who() + ": submitted while hvd is shutting down"));
     return h;
   }
   std::string k = key(r.process_set, r.name);
   if (table_.count(k)) {
-    entry.handle->complete(invalid_argument(
-        who + ": a collective named '" + r.name + "' is already in flight on rank " +
-        std::to_string(rank_) + "; names must be unique among pending operations (wait for the "
-        "first one or pick another name)"));
+    entry.handle->complete(
+        invalid_argument(who() + ": a collective named '" + r.name +
+                         "' is already in flight on rank " + std::to_string(rank_) +
+                         "; names must be unique among pending operations (wait for the "
+                         "first one or pick another name)"));
     return h;
   }
   table_.emplace(k, std::move(entry));
@@ -124,7 +126,7 @@ bool Runtime::run_once() {
   std::vector<Request> fresh;
   bool want_shutdown = false;
   if (!wait_for_work(&fresh, &want_shutdown)) return false;
-  for (const auto& r : fresh) controller_.submit(r);
+  for (auto& r : fresh) controller_.submit(std::move(r));
 
   RoundResult round;
   Status s = controller_.run_round(want_shutdown, &round);
@@ -139,7 +141,7 @@ bool Runtime::run_once() {
   stats_.responses += round.responses.size();
 
   FusionOptions fo{config_.fusion_threshold, config_.fusion_direct_bytes};
-  for (const Response& r : plan_fusion(round.responses, fo)) {
+  for (const Response& r : plan_fusion(std::move(round.responses), fo)) {
     ++stats_.fused_batches;
     execute(r);
   }
@@ -249,8 +251,8 @@ void Runtime::execute(const Response& r) {
     Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
                                                       : parts_.device_executor.get();
     s = ex ? ex->execute(r, entries)
-           : invalid_argument(std::string(op_name(r.op)) + " '" + r.names.front() + "': " +
-                              parts_.no_device_reason);
+           : invalid_argument(std::string(op_name(r.op)) + " '" + r.names.front() +
+                              "': " + parts_.no_device_reason);
   }
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& [e, k] : mine) {

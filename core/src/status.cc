@@ -6,13 +6,20 @@ namespace hvd {
 
 const char* status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kPrecondition: return "Precondition";
-    case StatusCode::kMismatch: return "Mismatch";
-    case StatusCode::kAborted: return "Aborted";
-    case StatusCode::kPeerFailure: return "PeerFailure";
-    case StatusCode::kInternal: return "Internal";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kPrecondition:
+      return "Precondition";
+    case StatusCode::kMismatch:
+      return "Mismatch";
+    case StatusCode::kAborted:
+      return "Aborted";
+    case StatusCode::kPeerFailure:
+      return "PeerFailure";
+    case StatusCode::kInternal:
+      return "Internal";
   }
   return "Unknown";
 }

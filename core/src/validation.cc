@@ -140,6 +140,18 @@ bool joinable(OpType op) {
 }  // namespace
 
 Status validate_local(const Request& r, int set_size) {
+  // Cheap checks first: this runs for every submitted tensor, so the message is built only
+  // when something is wrong.
+  const bool reduce = r.op == OpType::kAllreduce || r.op == OpType::kReducescatter;
+  bool suspicious = (r.op == OpType::kBroadcast && (r.root < 0 || r.root >= set_size)) ||
+                    (reduce && (r.dtype == DataType::kBool || !std::isfinite(r.prescale) ||
+                                !std::isfinite(r.postscale) ||
+                                (r.op == OpType::kReducescatter && r.reduce_op != ReduceOp::kSum &&
+                                 r.reduce_op != ReduceOp::kAverage))) ||
+                    r.op == OpType::kAlltoall || r.op == OpType::kAllgather ||
+                    r.op == OpType::kReducescatter;
+  for (int64_t d : r.shape) suspicious = suspicious || d < 0;
+  if (!suspicious) return Status::OK();
   const std::string who = std::string(op_name(r.op)) + " '" + r.name + "'";
   if (r.op == OpType::kBroadcast && (r.root < 0 || r.root >= set_size)) {
     return invalid_argument(who + ": root rank " + std::to_string(r.root) +
@@ -159,8 +171,8 @@ Status validate_local(const Request& r, int set_size) {
   for (int64_t d : r.shape) {
     if (d < 0) return invalid_argument(who + ": negative dimension in shape " + shape_str(r.shape));
   }
-  const bool rows_op = r.op == OpType::kAllgather || r.op == OpType::kAlltoall ||
-                       r.op == OpType::kReducescatter;
+  const bool rows_op =
+      r.op == OpType::kAllgather || r.op == OpType::kAlltoall || r.op == OpType::kReducescatter;
   if (rows_op && r.shape.empty()) {
     return invalid_argument(who + ": needs a tensor with at least one dimension (got a scalar)");
   }
@@ -191,12 +203,12 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
   std::vector<std::pair<const char*, Getter>> checks = {
       {"operation", [](const Request& r) { return std::string(op_name(r.op)); }},
       {"dtype", [](const Request& r) { return std::string(dtype_name(r.dtype)); }},
-      {"device kind", [](const Request& r) {
+      {"device kind",
+       [](const Request& r) {
          return std::string(r.device.kind == DeviceKind::kHost ? "cpu" : "cuda");
        }},
   };
-  if (f.op == OpType::kAllreduce || f.op == OpType::kBroadcast ||
-      f.op == OpType::kReducescatter) {
+  if (f.op == OpType::kAllreduce || f.op == OpType::kBroadcast || f.op == OpType::kReducescatter) {
     checks.push_back({"shape", [](const Request& r) { return shape_str(r.shape); }});
   }
   if (f.op == OpType::kAddProcessSet) {
@@ -206,9 +218,8 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
     checks.push_back({"process set id", [](const Request& r) { return std::to_string(r.root); }});
   }
   if (f.op == OpType::kAllreduce || f.op == OpType::kReducescatter) {
-    checks.push_back({"reduce op", [](const Request& r) {
-                        return std::string(reduce_op_name(r.reduce_op));
-                      }});
+    checks.push_back(
+        {"reduce op", [](const Request& r) { return std::string(reduce_op_name(r.reduce_op)); }});
     checks.push_back({"prescale factor", [](const Request& r) { return fmt_double(r.prescale); }});
     checks.push_back(
         {"postscale factor", [](const Request& r) { return fmt_double(r.postscale); }});
@@ -217,9 +228,9 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
     checks.push_back({"root rank", [](const Request& r) { return std::to_string(r.root); }});
   }
   checks.push_back({"group", [](const Request& r) {
-                      return r.group.empty() ? std::string("(not grouped)")
-                                             : "'" + r.group + "' of " +
-                                                   std::to_string(r.group_size);
+                      return r.group.empty()
+                                 ? std::string("(not grouped)")
+                                 : "'" + r.group + "' of " + std::to_string(r.group_size);
                     }});
   for (const auto& [what, get] : checks) {
     std::string err = compare_field(per_rank, what, get);
@@ -243,8 +254,8 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
     }
     if (f.op == OpType::kBroadcast &&
         std::find(joined.begin(), joined.end(), f.root) != joined.end()) {
-      resp.error = who + ": root rank " + std::to_string(f.root) +
-                   " has joined and has no tensor to send";
+      resp.error =
+          who + ": root rank " + std::to_string(f.root) + " has joined and has no tensor to send";
       return resp;
     }
     for (int j : joined) resp.joined.push_back(j);
@@ -260,8 +271,10 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
       if (!r.splits.empty() && r.splits[0] != 0) busy.push_back(r.rank);
     }
     if (!busy.empty()) {
-      resp.error = "remove_process_set(" + std::to_string(f.root) + "): collectives are still in "
-                   "flight on it on " + ranks_word(busy) + "; wait for them before removing the set";
+      resp.error = "remove_process_set(" + std::to_string(f.root) +
+                   "): collectives are still in "
+                   "flight on it on " +
+                   ranks_word(busy) + "; wait for them before removing the set";
       return resp;
     }
   }
@@ -269,8 +282,7 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
   resp.root = f.root;
   resp.prescale = f.prescale;
   resp.postscale = f.postscale;
-  if (f.op == OpType::kAllgather || f.op == OpType::kAlltoall ||
-      f.op == OpType::kReducescatter) {
+  if (f.op == OpType::kAllgather || f.op == OpType::kAlltoall || f.op == OpType::kReducescatter) {
     resp.numels = {shape_numel(trailing(f.shape))};
   } else {
     resp.numels = {shape_numel(f.shape)};

@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // The free-function API: the one place that wires MPI transport and executors into a Runtime.
 #include <mpi.h>
-
-#include <atomic>
-#include <map>
-#include <cstdlib>
-#include <memory>
-#include <mutex>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "api_internal.h"
 #include "hvd/core/logging.h"
 #include "hvd/core/runtime.h"
 #include "hvd/core/validation.h"
-#include "api_internal.h"
 #include "hvd/hvd.h"
 #include "hvd/ops/device.h"
 #include "hvd/ops/mpi_executor.h"
@@ -138,7 +138,8 @@ Status init_locked(Global& s) {
   MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &s.size);
   MPI_Comm local, cross;
-  HVD_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &local));
+  HVD_MPI_CHECK(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &local));
   MPI_Comm_rank(local, &s.local_rank);
   MPI_Comm_size(local, &s.local_size);
   HVD_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, s.local_rank, s.rank, &cross));
@@ -272,7 +273,6 @@ core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
 
 using detail::allreduce_entry;
 using detail::auto_name;
-using detail::check_view;
 using detail::make_request;
 using detail::set_runtime;
 using detail::submit;
@@ -297,13 +297,34 @@ void shutdown() {
 
 bool is_initialized() { return g().runtime != nullptr; }
 
-int rank() { runtime("rank"); return g().rank; }
-int size() { runtime("size"); return g().size; }
-int local_rank() { runtime("local_rank"); return g().local_rank; }
-int local_size() { runtime("local_size"); return g().local_size; }
-int cross_rank() { runtime("cross_rank"); return g().cross_rank; }
-int cross_size() { runtime("cross_size"); return g().cross_size; }
-bool mpi_threads_supported() { runtime("mpi_threads_supported"); return g().threads_multiple; }
+int rank() {
+  runtime("rank");
+  return g().rank;
+}
+int size() {
+  runtime("size");
+  return g().size;
+}
+int local_rank() {
+  runtime("local_rank");
+  return g().local_rank;
+}
+int local_size() {
+  runtime("local_size");
+  return g().local_size;
+}
+int cross_rank() {
+  runtime("cross_rank");
+  return g().cross_rank;
+}
+int cross_size() {
+  runtime("cross_size");
+  return g().cross_size;
+}
+bool mpi_threads_supported() {
+  runtime("mpi_threads_supported");
+  return g().threads_multiple;
+}
 
 bool mpi_built() { return true; }
 bool nccl_built() { return HVD_HAVE_NCCL != 0; }
@@ -325,8 +346,7 @@ Handle allreduce_async(const TensorView& input, const TensorView& output, const 
                                  shape_str(output.shape) + " does not match input " +
                                  dtype_name(input.dtype) + shape_str(input.shape)));
   }
-  return submit(*rt, allreduce_entry(*rt, input, output, n, op, prescale_factor,
-                                     postscale_factor));
+  return submit(*rt, allreduce_entry(*rt, input, output, n, op, prescale_factor, postscale_factor));
 }
 
 Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std::string& name,
@@ -336,9 +356,8 @@ Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std
   const std::string group = detail::group_name(OpType::kAllreduce, name, ps.id());
   std::vector<core::TensorEntry> entries;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    entries.push_back(allreduce_entry(*rt, tensors[i], tensors[i],
-                                      group + "/" + std::to_string(i), op, prescale_factor,
-                                      postscale_factor));
+    entries.push_back(allreduce_entry(*rt, tensors[i], tensors[i], group + "/" + std::to_string(i),
+                                      op, prescale_factor, postscale_factor));
   }
   auto handles = detail::submit_group(*rt, std::move(entries), group);
   auto all = std::make_shared<core::HandleState>();
@@ -389,9 +408,8 @@ void allreduce(const TensorView& tensor, const std::string& name, ReduceOp op,
   allreduce_async(tensor, name, op, prescale_factor, postscale_factor, ps).wait();
 }
 
-void grouped_allreduce(const std::vector<TensorView>& tensors, const std::string& name,
-                       ReduceOp op, double prescale_factor, double postscale_factor,
-                       const ProcessSet& ps) {
+void grouped_allreduce(const std::vector<TensorView>& tensors, const std::string& name, ReduceOp op,
+                       double prescale_factor, double postscale_factor, const ProcessSet& ps) {
   grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor, ps).wait();
 }
 

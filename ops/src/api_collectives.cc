@@ -25,32 +25,46 @@ core::TensorEntry sized_entry(const core::Runtime& rt, OpType op, const TensorVi
 }
 
 core::TensorEntry reducescatter_entry(const core::Runtime& rt, const TensorView& t,
-                                      const std::string& name, ReduceOp op, double pre,
-                                      double post) {
-  core::TensorEntry e = sized_entry(rt, OpType::kReducescatter, t, name, nullptr);
+                                      const std::string& name, ReduceOp op, double pre, double post,
+                                      const Allocator& allocator) {
+  core::TensorEntry e = sized_entry(rt, OpType::kReducescatter, t, name, allocator);
   e.request.reduce_op = op;
   e.request.prescale = pre;
   e.request.postscale = post;
   return e;
 }
 
+/// allocators[i], or none; a non-empty list must have one allocator per tensor.
+Allocator allocator_at(const std::vector<Allocator>& allocators, size_t n, size_t i, const char* fn,
+                       const std::string& name) {
+  if (allocators.empty()) return nullptr;
+  if (allocators.size() != n) {
+    throw Error(invalid_argument(std::string(fn) + " '" + name +
+                                 "': " + std::to_string(allocators.size()) + " allocators for " +
+                                 std::to_string(n) + " tensors (give none or one per tensor)"));
+  }
+  return allocators[i];
+}
+
 }  // namespace
 
-Handle allgather_async(const TensorView& tensor, const std::string& name,
-                       const ProcessSet& ps, const Allocator& allocator) {
+Handle allgather_async(const TensorView& tensor, const std::string& name, const ProcessSet& ps,
+                       const Allocator& allocator) {
   auto rt = set_runtime("allgather_async", name, ps);
   return submit(*rt, sized_entry(*rt, OpType::kAllgather, tensor,
                                  auto_name(OpType::kAllgather, name, ps.id()), allocator));
 }
 
 std::vector<Handle> grouped_allgather_async(const std::vector<TensorView>& tensors,
-                                            const std::string& name, const ProcessSet& ps) {
+                                            const std::string& name, const ProcessSet& ps,
+                                            const std::vector<Allocator>& allocators) {
   auto rt = set_runtime("grouped_allgather_async", name, ps);
   const std::string group = detail::group_name(OpType::kAllgather, name, ps.id());
   std::vector<core::TensorEntry> entries;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    entries.push_back(sized_entry(*rt, OpType::kAllgather, tensors[i],
-                                  group + "/" + std::to_string(i), nullptr));
+    entries.push_back(
+        sized_entry(*rt, OpType::kAllgather, tensors[i], group + "/" + std::to_string(i),
+                    allocator_at(allocators, tensors.size(), i, "grouped_allgather_async", group)));
   }
   return detail::submit_group(*rt, std::move(entries), group);
 }
@@ -65,24 +79,26 @@ Handle alltoall_async(const TensorView& tensor, const std::vector<int64_t>& spli
 }
 
 Handle reducescatter_async(const TensorView& tensor, const std::string& name, ReduceOp op,
-                           double prescale_factor, double postscale_factor,
-                           const ProcessSet& ps) {
+                           double prescale_factor, double postscale_factor, const ProcessSet& ps,
+                           const Allocator& allocator) {
   auto rt = set_runtime("reducescatter_async", name, ps);
-  return submit(*rt, reducescatter_entry(*rt, tensor,
-                                         auto_name(OpType::kReducescatter, name, ps.id()), op,
-                                         prescale_factor, postscale_factor));
+  return submit(
+      *rt, reducescatter_entry(*rt, tensor, auto_name(OpType::kReducescatter, name, ps.id()), op,
+                               prescale_factor, postscale_factor, allocator));
 }
 
 std::vector<Handle> grouped_reducescatter_async(const std::vector<TensorView>& tensors,
                                                 const std::string& name, ReduceOp op,
                                                 double prescale_factor, double postscale_factor,
-                                                const ProcessSet& ps) {
+                                                const ProcessSet& ps,
+                                                const std::vector<Allocator>& allocators) {
   auto rt = set_runtime("grouped_reducescatter_async", name, ps);
   const std::string group = detail::group_name(OpType::kReducescatter, name, ps.id());
   std::vector<core::TensorEntry> entries;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    entries.push_back(reducescatter_entry(*rt, tensors[i], group + "/" + std::to_string(i), op,
-                                          prescale_factor, postscale_factor));
+    entries.push_back(reducescatter_entry(
+        *rt, tensors[i], group + "/" + std::to_string(i), op, prescale_factor, postscale_factor,
+        allocator_at(allocators, tensors.size(), i, "grouped_reducescatter_async", group)));
   }
   return detail::submit_group(*rt, std::move(entries), group);
 }

@@ -31,8 +31,9 @@ Status make_process_set_parts(MPI_Comm parent, int world_rank, bool threads_mult
                               const std::vector<int32_t>& ranks, core::RuntimeParts* out) {
   if (!threads_multiple) {
     // Every rank reaches the same verdict: the thread level is the same job-wide.
-    return precondition("process sets need MPI_THREAD_MULTIPLE (one background thread per "
-                        "set), but MPI provides a lower thread level");
+    return precondition(
+        "process sets need MPI_THREAD_MULTIPLE (one background thread per "
+        "set), but MPI provides a lower thread level");
   }
   auto it = std::find(ranks.begin(), ranks.end(), world_rank);
   const int color = it == ranks.end() ? MPI_UNDEFINED : 0;

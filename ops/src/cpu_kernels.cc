@@ -30,13 +30,27 @@ void scale_float(T* p, int64_t n, double factor) {
 void scale_in_place(void* data, DataType dtype, int64_t n, double factor) {
   if (factor == 1.0 || n == 0) return;
   switch (dtype) {
-    case DataType::kUInt8: scale_int(static_cast<uint8_t*>(data), n, factor); break;
-    case DataType::kInt8: scale_int(static_cast<int8_t*>(data), n, factor); break;
-    case DataType::kInt16: scale_int(static_cast<int16_t*>(data), n, factor); break;
-    case DataType::kInt32: scale_int(static_cast<int32_t*>(data), n, factor); break;
-    case DataType::kInt64: scale_int(static_cast<int64_t*>(data), n, factor); break;
-    case DataType::kFloat32: scale_float(static_cast<float*>(data), n, factor); break;
-    case DataType::kFloat64: scale_float(static_cast<double*>(data), n, factor); break;
+    case DataType::kUInt8:
+      scale_int(static_cast<uint8_t*>(data), n, factor);
+      break;
+    case DataType::kInt8:
+      scale_int(static_cast<int8_t*>(data), n, factor);
+      break;
+    case DataType::kInt16:
+      scale_int(static_cast<int16_t*>(data), n, factor);
+      break;
+    case DataType::kInt32:
+      scale_int(static_cast<int32_t*>(data), n, factor);
+      break;
+    case DataType::kInt64:
+      scale_int(static_cast<int64_t*>(data), n, factor);
+      break;
+    case DataType::kFloat32:
+      scale_float(static_cast<float*>(data), n, factor);
+      break;
+    case DataType::kFloat64:
+      scale_float(static_cast<double*>(data), n, factor);
+      break;
     case DataType::kFloat16: {
       auto* p = static_cast<uint16_t*>(data);
       for (int64_t i = 0; i < n; ++i) {
@@ -51,7 +65,8 @@ void scale_in_place(void* data, DataType dtype, int64_t n, double factor) {
       }
       break;
     }
-    case DataType::kBool: break;
+    case DataType::kBool:
+      break;
   }
 }
 

@@ -69,7 +69,7 @@ Status MpiExecutor::allgather(const Response& r, const std::vector<TensorEntry*>
   uint8_t* send = fusion_buffer(static_cast<size_t>(mine) * esize + 1);
   size_t pos = 0;
   for (auto* e : es) {
-    std::memcpy(send + pos, e->input.data, e->input.bytes());
+    if (e->input.bytes()) std::memcpy(send + pos, e->input.data, e->input.bytes());
     pos += e->input.bytes();
   }
   uint8_t* recv = gather_buffer(static_cast<size_t>(off) * esize + 1);

@@ -43,8 +43,8 @@ Status MpiExecutor::alltoall(const Response& r, const std::vector<TensorEntry*>&
     const void* in = e->input.data ? e->input.data : dummy;
     void* out = e->output.data ? e->output.data : dummy;
     const MPI_Datatype type = mpi_type(r.dtype);
-    HVD_MPI_CHECK(MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type,
-                                comm_));
+    HVD_MPI_CHECK(
+        MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm_));
     e->handle->received_splits = std::move(received);
   }
   return Status::OK();

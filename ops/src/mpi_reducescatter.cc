@@ -53,7 +53,7 @@ Status MpiExecutor::reducescatter(const Response& r, const std::vector<TensorEnt
     const void* send = e->input.data ? e->input.data : dummy;
     if (r.prescale != 1.0) {  // scale a copy: the input stays untouched
       uint8_t* buf = fusion_buffer(static_cast<size_t>(total) * esize + 1);
-      std::memcpy(buf, e->input.data, static_cast<size_t>(total) * esize);
+      if (total) std::memcpy(buf, e->input.data, static_cast<size_t>(total) * esize);
       scale_in_place(buf, dt, total, r.prescale);
       send = buf;
     }

@@ -49,7 +49,8 @@ bool read_line(int fd, std::string* line, int timeout_ms) {
   char c;
   while (true) {
     int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    end - std::chrono::steady_clock::now()).count());
+                                    end - std::chrono::steady_clock::now())
+                                    .count());
     if (left <= 0) return false;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, left) <= 0) return false;
@@ -143,7 +144,8 @@ Status PeerMonitor::start(MPI_Comm comm, const std::string& host) {
     while (port > 0 && fd < 0 && in >> ip) fd = connect_to(ip, port);
     if (fd >= 0) {
       keepalive(fd);
-      ok = send_all(fd, std::to_string(rank_) + " " + std::to_string(::getpid()) + " " + host + "\n");
+      ok = send_all(fd,
+                    std::to_string(rank_) + " " + std::to_string(::getpid()) + " " + host + "\n");
       peers_.push_back(Peer{fd, 0, "", 0, false, ""});
     } else {
       ok = 0;

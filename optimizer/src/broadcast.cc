@@ -109,10 +109,10 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank
       groups[i].options().serialize(options);
     }
   } catch (const c10::Error& e) {
-    throw Error(invalid_argument("broadcast_optimizer_state: rank " + std::to_string(hvd::rank()) +
-                                 " cannot load the state of rank " + std::to_string(root_rank) +
-                                 " (do both optimizers hold the same param groups?): " +
-                                 e.what_without_backtrace()));
+    throw Error(invalid_argument(
+        "broadcast_optimizer_state: rank " + std::to_string(hvd::rank()) +
+        " cannot load the state of rank " + std::to_string(root_rank) +
+        " (do both optimizers hold the same param groups?): " + e.what_without_backtrace()));
   }
 }
 

@@ -2,26 +2,14 @@
 // torch::Tensor <-> TensorView adapters and the collectives on torch tensors.
 #include "hvd/optim/collectives.h"
 
-#include <mutex>
 #include <utility>
 
 #include "hvd/core/status.h"
 #include "hvd/hvd.h"
 #include "hvd/optim/tensor_adapter.h"
+#include "torch_handle_state.h"
 
 namespace hvd::optim {
-
-namespace detail {
-/// Keeps inputs, outputs and staging copies alive until the collective is done.
-struct TorchHandleState {
-  Handle handle;
-  std::vector<torch::Tensor> keep;     ///< inputs and contiguous staging buffers
-  std::vector<torch::Tensor> outputs;  ///< what wait() returns
-  /// (user tensor, staging buffer): copied back once, after completion (in-place, non-contiguous)
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> copy_back;
-  std::once_flag finished;
-};
-}  // namespace detail
 
 namespace {
 
@@ -47,23 +35,24 @@ std::string label(const char* op, const std::string& name) {
   return std::string(op) + (name.empty() ? std::string() : " '" + name + "'");
 }
 
-TorchHandle allreduce_impl(const torch::Tensor& t, const std::string& name, ReduceOp op,
-                           double pre, double post, bool in_place) {
+TorchHandle allreduce_impl(const torch::Tensor& t, const std::string& name, ReduceOp op, double pre,
+                           double post, bool in_place) {
   auto st = std::make_shared<detail::TorchHandleState>();
   const std::string what = label("allreduce", name);
   TensorView in = stage(*st, t, in_place, what);
   if (in_place) {
     st->handle = hvd::allreduce_async(in, name, op, pre, post);
   } else {
-    torch::Tensor out = torch::empty(t.sizes(), t.options().memory_format(c10::MemoryFormat::Contiguous));
+    torch::Tensor out =
+        torch::empty(t.sizes(), t.options().memory_format(c10::MemoryFormat::Contiguous));
     st->outputs.push_back(out);
     st->handle = hvd::allreduce_async(in, to_view(out, what), name, op, pre, post);
   }
   return TorchHandle(st);
 }
 
-TorchHandle grouped_impl(const std::vector<torch::Tensor>& ts, const std::string& name,
-                         ReduceOp op, double pre, double post, bool in_place) {
+TorchHandle grouped_impl(const std::vector<torch::Tensor>& ts, const std::string& name, ReduceOp op,
+                         double pre, double post, bool in_place) {
   auto st = std::make_shared<detail::TorchHandleState>();
   std::vector<TensorView> views;
   views.reserve(ts.size());
@@ -99,16 +88,26 @@ TorchHandle broadcast_impl(const torch::Tensor& t, int root, const std::string& 
 
 DataType to_hvd_dtype(c10::ScalarType t, const std::string& what) {
   switch (t) {
-    case c10::kByte: return DataType::kUInt8;
-    case c10::kChar: return DataType::kInt8;
-    case c10::kShort: return DataType::kInt16;
-    case c10::kInt: return DataType::kInt32;
-    case c10::kLong: return DataType::kInt64;
-    case c10::kHalf: return DataType::kFloat16;
-    case c10::kBFloat16: return DataType::kBFloat16;
-    case c10::kFloat: return DataType::kFloat32;
-    case c10::kDouble: return DataType::kFloat64;
-    case c10::kBool: return DataType::kBool;
+    case c10::kByte:
+      return DataType::kUInt8;
+    case c10::kChar:
+      return DataType::kInt8;
+    case c10::kShort:
+      return DataType::kInt16;
+    case c10::kInt:
+      return DataType::kInt32;
+    case c10::kLong:
+      return DataType::kInt64;
+    case c10::kHalf:
+      return DataType::kFloat16;
+    case c10::kBFloat16:
+      return DataType::kBFloat16;
+    case c10::kFloat:
+      return DataType::kFloat32;
+    case c10::kDouble:
+      return DataType::kFloat64;
+    case c10::kBool:
+      return DataType::kBool;
     default:
       throw Error(invalid_argument(what + ": torch dtype " + c10::toString(t) +
                                    " is not supported by hvd (use uint8, int8, int16, int32, "
@@ -118,16 +117,26 @@ DataType to_hvd_dtype(c10::ScalarType t, const std::string& what) {
 
 c10::ScalarType to_torch_dtype(DataType t) {
   switch (t) {
-    case DataType::kUInt8: return c10::kByte;
-    case DataType::kInt8: return c10::kChar;
-    case DataType::kInt16: return c10::kShort;
-    case DataType::kInt32: return c10::kInt;
-    case DataType::kInt64: return c10::kLong;
-    case DataType::kFloat16: return c10::kHalf;
-    case DataType::kBFloat16: return c10::kBFloat16;
-    case DataType::kFloat32: return c10::kFloat;
-    case DataType::kFloat64: return c10::kDouble;
-    case DataType::kBool: return c10::kBool;
+    case DataType::kUInt8:
+      return c10::kByte;
+    case DataType::kInt8:
+      return c10::kChar;
+    case DataType::kInt16:
+      return c10::kShort;
+    case DataType::kInt32:
+      return c10::kInt;
+    case DataType::kInt64:
+      return c10::kLong;
+    case DataType::kFloat16:
+      return c10::kHalf;
+    case DataType::kBFloat16:
+      return c10::kBFloat16;
+    case DataType::kFloat32:
+      return c10::kFloat;
+    case DataType::kFloat64:
+      return c10::kDouble;
+    case DataType::kBool:
+      return c10::kBool;
   }
   throw Error(invalid_argument("unknown hvd dtype " + std::to_string(static_cast<int>(t))));
 }
@@ -143,7 +152,7 @@ torch::Tensor as_contiguous(const torch::Tensor& t, const std::string& what) {
   if (!t.defined()) throw Error(invalid_argument(what + ": the tensor is undefined"));
   if (t.layout() != c10::kStrided) {
     throw Error(invalid_argument(what + ": sparse or non-strided tensors are not supported; "
-                                 "convert with .to_dense() first"));
+                                        "convert with .to_dense() first"));
   }
   return t.is_contiguous() ? t : t.contiguous();
 }
@@ -158,7 +167,13 @@ TensorView to_view(const torch::Tensor& t, const std::string& what) {
                     to_hvd_device(t.device(), what));
 }
 
-bool TorchHandle::poll() const { return s_ && s_->handle.poll(); }
+bool TorchHandle::poll() const {
+  if (!s_ || !s_->handle.poll()) return false;
+  for (const Handle& h : s_->more) {
+    if (!h.poll()) return false;
+  }
+  return true;
+}
 
 const Handle& TorchHandle::handle() const {
   if (!s_) throw Error(precondition("TorchHandle::handle() on an empty handle"));
@@ -168,6 +183,7 @@ const Handle& TorchHandle::handle() const {
 std::vector<torch::Tensor> TorchHandle::wait_all() const {
   if (!s_) throw Error(precondition("TorchHandle::wait() on an empty handle"));
   s_->handle.wait();
+  for (const Handle& h : s_->more) h.wait();
   std::call_once(s_->finished, [this] {
     torch::NoGradGuard no_grad;
     for (auto& [dst, src] : s_->copy_back) dst.copy_(src);
@@ -175,6 +191,11 @@ std::vector<torch::Tensor> TorchHandle::wait_all() const {
     s_->keep.clear();
   });
   return s_->outputs;
+}
+
+std::vector<int64_t> TorchHandle::received_splits() const {
+  wait_all();
+  return s_->handle.received_splits();
 }
 
 torch::Tensor TorchHandle::wait() const {

@@ -75,8 +75,8 @@ std::vector<std::vector<size_t>> make_groups(const DistributedOptimizerOptions& 
     for (const auto& name : g) {
       auto it = index.find(name);
       if (it == index.end()) {
-        throw Error(invalid_argument("DistributedOptimizer '" + label + "': group member '" +
-                                     name + "' is not a named parameter of this optimizer"));
+        throw Error(invalid_argument("DistributedOptimizer '" + label + "': group member '" + name +
+                                     "' is not a named parameter of this optimizer"));
       }
       if (!used.insert(it->second).second) {
         throw Error(invalid_argument("DistributedOptimizer '" + label + "': parameter '" + name +
@@ -117,10 +117,10 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
       if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
       auto it = names.find(p.unsafeGetTensorImpl());
       if (it == names.end() && !named_parameters.empty()) {
-        throw Error(invalid_argument(
-            "DistributedOptimizer '" + label_ + "': parameter #" + std::to_string(i) +
-            " of the optimizer (" + tensor_str(p) + ") is not in named_parameters; pass the "
-            "names of all the optimizer's parameters, or none"));
+        throw Error(invalid_argument("DistributedOptimizer '" + label_ + "': parameter #" +
+                                     std::to_string(i) + " of the optimizer (" + tensor_str(p) +
+                                     ") is not in named_parameters; pass the "
+                                     "names of all the optimizer's parameters, or none"));
       }
       specs.push_back({it == names.end() ? std::string() : it->second, p});
     }
@@ -166,8 +166,8 @@ torch::Tensor DistributedOptimizer::step(torch::optim::Optimizer::LossClosure cl
 }
 
 void DistributedOptimizer::zero_grad() {
-  detail::GradRegistry::instance().check_quiet(
-      impl_->entries, "zero_grad() of '" + label_ + "' was called", false);
+  detail::GradRegistry::instance().check_quiet(impl_->entries,
+                                               "zero_grad() of '" + label_ + "' was called", false);
   optimizer_.zero_grad();
 }
 

@@ -19,9 +19,12 @@ using State = GradEntry::State;
 
 const char* compression_name(Compression c) {
   switch (c) {
-    case Compression::kNone: return "none";
-    case Compression::kFp16: return "fp16";
-    case Compression::kBf16: return "bf16";
+    case Compression::kNone:
+      return "none";
+    case Compression::kFp16:
+      return "fp16";
+    case Compression::kBf16:
+      return "bf16";
   }
   return "?";
 }
@@ -85,8 +88,8 @@ bool contains(const std::vector<int>& v, int x) {
 std::string ReduceSettings::str() const {
   std::ostringstream os;
   os << "op " << reduce_op_name(op) << ", compression " << compression_name(compression)
-     << ", backward_passes_per_step " << backward_passes_per_step
-     << ", gradient_predivide_factor " << predivide;
+     << ", backward_passes_per_step " << backward_passes_per_step << ", gradient_predivide_factor "
+     << predivide;
   return os.str();
 }
 
@@ -116,11 +119,12 @@ EntryList GradRegistry::add(int owner, const std::string& label,
     c10::TensorImpl* impl = p.tensor.unsafeGetTensorImpl();
     auto existing = by_tensor_.find(impl);
     if (existing != by_tensor_.end() && !(existing->second->settings == settings)) {
-      throw Error(invalid_argument(
-          "DistributedOptimizer: parameter '" + existing->second->name + "' is shared by " +
-          existing->second->owner_labels() + " (" + existing->second->settings.str() + ") and '" +
-          label + "' (" + settings.str() + "); optimizers sharing a parameter must reduce it "
-          "the same way"));
+      throw Error(invalid_argument("DistributedOptimizer: parameter '" + existing->second->name +
+                                   "' is shared by " + existing->second->owner_labels() + " (" +
+                                   existing->second->settings.str() + ") and '" + label + "' (" +
+                                   settings.str() +
+                                   "); optimizers sharing a parameter must reduce it "
+                                   "the same way"));
     }
     if (!p.tensor.is_leaf()) {
       throw Error(invalid_argument("DistributedOptimizer '" + label + "': parameter '" + p.name +
@@ -131,8 +135,8 @@ EntryList GradRegistry::add(int owner, const std::string& label,
     if (by_name != by_name_.end() && by_name->second->param.unsafeGetTensorImpl() != impl) {
       throw Error(invalid_argument(
           "DistributedOptimizer: two different tensors are registered under the name '" + p.name +
-          "': " + describe(by_name->second->param) + " held by " +
-          by_name->second->owner_labels() + ", and " + describe(p.tensor) + " given to '" + label +
+          "': " + describe(by_name->second->param) + " held by " + by_name->second->owner_labels() +
+          ", and " + describe(p.tensor) + " given to '" + label +
           "'; names must identify one tensor on every rank (rename one, e.g. with "
           "hvd::optim::prefixed(\"model.\", model->named_parameters()))"));
     }
@@ -156,11 +160,13 @@ EntryList GradRegistry::add(int owner, const std::string& label,
     }
     if (!any_new && same && first->members.size() == g.size()) continue;  // identical group
     bool all_new = true;
-    for (size_t i : g) all_new = all_new && !by_tensor_.count(params[i].tensor.unsafeGetTensorImpl());
+    for (size_t i : g)
+      all_new = all_new && !by_tensor_.count(params[i].tensor.unsafeGetTensorImpl());
     if (!all_new) {
       throw Error(invalid_argument(
           "DistributedOptimizer '" + label + "': the fusion group starting with parameter '" +
-          params[g.front()].name + "' contains a parameter that another optimizer already "
+          params[g.front()].name +
+          "' contains a parameter that another optimizer already "
           "reduces with a different grouping; give shared parameters identical groups"));
     }
   }
@@ -237,8 +243,7 @@ void GradRegistry::start_round(GradEntry& e) {
 
 bool GradRegistry::group_ready(const GradGroup& g) const {
   return std::all_of(g.members.begin(), g.members.end(), [](const auto& m) {
-    return m->state == State::kAccumulating &&
-           m->passes >= m->settings.backward_passes_per_step;
+    return m->state == State::kAccumulating && m->passes >= m->settings.backward_passes_per_step;
   });
 }
 
@@ -251,10 +256,10 @@ void GradRegistry::submit_locked(const EntryList& entries, const std::string& gr
     }
     const ReduceSettings& s = entries.front()->settings;
     const double pre = 1.0 / s.predivide, post = s.predivide;
-    Handle h = group_name.empty()
-                   ? hvd::allreduce_async(views.front(), "grad." + entries.front()->name, s.op,
-                                          pre, post)
-                   : hvd::grouped_allreduce_async(views, group_name, s.op, pre, post);
+    Handle h =
+        group_name.empty()
+            ? hvd::allreduce_async(views.front(), "grad." + entries.front()->name, s.op, pre, post)
+            : hvd::grouped_allreduce_async(views, group_name, s.op, pre, post);
     for (const auto& e : entries) {
       e->handle = h;
       e->state = State::kInFlight;
@@ -271,12 +276,16 @@ void GradRegistry::submit_locked(const EntryList& entries, const std::string& gr
 void GradRegistry::on_grad_ready(const std::shared_ptr<GradEntry>& e) {
   std::lock_guard<std::mutex> lk(mu_);
   if (e->state == State::kInFlight) {
-    throw Error(precondition(
-        "DistributedOptimizer: the gradient of '" + e->name + "' was computed again while its "
-        "allreduce is still in flight: more than backward_passes_per_step=" +
-        std::to_string(e->settings.backward_passes_per_step) + " backward passes before step() "
-        "or synchronize() of " + e->owner_labels() + "; raise backward_passes_per_step to "
-        "accumulate gradients locally, or call step() between backward passes"));
+    throw Error(
+        precondition("DistributedOptimizer: the gradient of '" + e->name +
+                     "' was computed again while its "
+                     "allreduce is still in flight: more than backward_passes_per_step=" +
+                     std::to_string(e->settings.backward_passes_per_step) +
+                     " backward passes before step() "
+                     "or synchronize() of " +
+                     e->owner_labels() +
+                     "; raise backward_passes_per_step to "
+                     "accumulate gradients locally, or call step() between backward passes"));
   }
   if (e->state == State::kReduced) start_round(*e);
   ++e->passes;
@@ -314,8 +323,8 @@ void GradRegistry::synchronize(int owner, const EntryList& entries) {
       // Group mates this owner does not hold complete with the group.
       const EntryList self{e};
       for (const auto& m : e->group ? e->group->members : self) {
-        const bool listed = std::any_of(waits.begin(), waits.end(),
-                                        [&m](const auto& w) { return w.first == m; });
+        const bool listed =
+            std::any_of(waits.begin(), waits.end(), [&m](const auto& w) { return w.first == m; });
         if (m->state == State::kInFlight && !listed) waits.emplace_back(m, m->handle);
       }
     }
@@ -358,11 +367,11 @@ void GradRegistry::check_quiet(const EntryList& entries, const std::string& what
                                "synchronize() first"));
     }
     if (!allow_accumulating && e->state == State::kAccumulating && e->passes > 0) {
-      throw Error(precondition(what + " while the gradient of '" + e->name + "' has " +
-                               std::to_string(e->passes) + " of backward_passes_per_step=" +
-                               std::to_string(e->settings.backward_passes_per_step) +
-                               " backward passes accumulated; call step() or synchronize() "
-                               "first"));
+      throw Error(precondition(
+          what + " while the gradient of '" + e->name + "' has " + std::to_string(e->passes) +
+          " of backward_passes_per_step=" + std::to_string(e->settings.backward_passes_per_step) +
+          " backward passes accumulated; call step() or synchronize() "
+          "first"));
     }
   }
 }

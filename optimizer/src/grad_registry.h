@@ -49,8 +49,8 @@ struct GradGroup;
 struct GradEntry {
   enum class State { kIdle, kAccumulating, kInFlight, kReduced };
   torch::Tensor param;
-  std::string name;                     ///< the reduction is named "grad.<name>"
-  std::vector<std::string> aliases;     ///< other names given for the same tensor
+  std::string name;                                    ///< the reduction is named "grad.<name>"
+  std::vector<std::string> aliases;                    ///< other names given for the same tensor
   std::shared_ptr<torch::autograd::Node> accumulator;  ///< kept alive, or the hook is lost
   uintptr_t hook_key = 0;
   std::vector<std::pair<int, std::string>> owners;  ///< (owner id, label)
@@ -59,8 +59,8 @@ struct GradEntry {
   State state = State::kIdle;
   int passes = 0;
   Handle handle;
-  torch::Tensor wire;         ///< what the allreduce reads and writes
-  std::vector<int> pending;   ///< owners that have not stepped on the reduced gradient
+  torch::Tensor wire;        ///< what the allreduce reads and writes
+  std::vector<int> pending;  ///< owners that have not stepped on the reduced gradient
   std::string owner_labels() const;
 };
 

@@ -94,7 +94,7 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
 };
 
 ControlServer::ControlServer(asio::io_context& io, std::string token)
-    : io_(io), token_(std::move(token)), acceptor_(io) {}
+    : token_(std::move(token)), acceptor_(io) {}
 
 ControlServer::~ControlServer() { stop(); }
 

@@ -45,7 +45,7 @@ void HostCheck::start() {
   const int port = config_.ssh_port > 0 ? config_.ssh_port : 22;
   resolver_.async_resolve(
       result_.host, std::to_string(port),
-      [this](boost::system::error_code ec, tcp::resolver::results_type results) {
+      [this](boost::system::error_code ec, const tcp::resolver::results_type& results) {
         if (finished_) return;
         if (ec) {
           fail("cannot resolve host name '" + result_.host + "' (" + ec.message() +

@@ -79,7 +79,7 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
     std::cerr << "hvdrun --rank-wrapper: internal usage error (started by hvdrun only)\n";
     return 2;
   }
-  const std::string token = args[2];
+  const std::string& token = args[2];
   const double grace = std::atof(args[3].c_str());
   const int rank = env_rank();
   const std::string host = local_hostname();

@@ -17,8 +17,7 @@ namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
 Subprocess::Subprocess(asio::io_context& io, std::vector<std::string> argv, bool new_group)
-    : io_(io),
-      argv_(std::move(argv)),
+    : argv_(std::move(argv)),
       new_group_(new_group),
       out_(io),
       err_(io),

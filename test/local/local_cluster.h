@@ -7,7 +7,9 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,9 +31,13 @@ using core::Response;
 using core::Runtime;
 using core::TensorEntry;
 
-/// Host allreduce (Sum/Average/Min/Max/Product on float32/float64/int32/int64, fused or not) and
-/// broadcast, moving bytes through its own LocalHub. Floats get out = post * reduce(pre * in);
-/// Average divides the reduced value by the number of ranks (integers truncate).
+/// Host allreduce (Sum/Average/Min/Max/Product on float32/float64/int32/int64, fused or not),
+/// broadcast, allgather (any dtype, fused or not), alltoall (splits) and reducescatter (Sum,
+/// Average), moving bytes through its own LocalHub, with the semantics of ops/src/mpi_*.cc:
+/// floats get out = post * reduce(pre * in); allreduce Average divides by the ranks that
+/// contributed data (not the joined ones), reducescatter Average by the set size (integers
+/// truncate); reducescatter gives ranks 0 .. R%N-1 R/N+1 rows and the rest R/N. Joined ranks
+/// run through here too, with the runtime's stand-in entries (zeros, no rows).
 class TestExecutor : public core::Executor {
  public:
   TestExecutor(std::shared_ptr<LocalHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
@@ -45,16 +51,19 @@ class TestExecutor : public core::Executor {
       if (es[i]->request.name != r.names[i]) return internal_error("entries out of name order");
     }
     if (r.op == OpType::kBroadcast) return broadcast(r, es);
-    if (r.op != OpType::kAllreduce) return invalid_argument("test executor: unsupported op");
+    if (r.op == OpType::kAllgather) return allgather(r, es);
+    if (r.op == OpType::kAlltoall) return alltoall(r, es);
+    const bool rs = r.op == OpType::kReducescatter;
+    if (r.op != OpType::kAllreduce && !rs) return invalid_argument("test executor: unsupported op");
     switch (r.dtype) {
       case DataType::kFloat32:
-        return allreduce<float>(r, es);
+        return rs ? reducescatter<float>(r, es) : allreduce<float>(r, es);
       case DataType::kFloat64:
-        return allreduce<double>(r, es);
+        return rs ? reducescatter<double>(r, es) : allreduce<double>(r, es);
       case DataType::kInt32:
-        return allreduce<int32_t>(r, es);
+        return rs ? reducescatter<int32_t>(r, es) : allreduce<int32_t>(r, es);
       case DataType::kInt64:
-        return allreduce<int64_t>(r, es);
+        return rs ? reducescatter<int64_t>(r, es) : allreduce<int64_t>(r, es);
       default:
         return invalid_argument("test executor: unsupported dtype");
     }
@@ -68,20 +77,17 @@ class TestExecutor : public core::Executor {
   }
 
  private:
+  // Element-wise post * reduce(pre * x) over every rank's bytes (Average: / divisor).
   template <typename T>
-  Status allreduce(const Response& r, const std::vector<TensorEntry*>& es) {
-    std::vector<uint8_t> mine;
-    for (size_t i = 0; i < es.size(); ++i) {
-      const auto* p = static_cast<const uint8_t*>(es[i]->input.data);
-      mine.insert(mine.end(), p, p + es[i]->input.bytes());
-    }
-    std::vector<std::vector<uint8_t>> all;
-    HVD_RETURN_IF_ERROR(hub_->exchange(rank_, mine, &all));
-    const size_t n = mine.size() / sizeof(T);
-    std::vector<T> acc(n), v(n);
+  Status reduce_all(const Response& r, const std::vector<std::vector<uint8_t>>& all, size_t bytes,
+                    size_t divisor, std::vector<T>* out) {
+    const size_t n = bytes / sizeof(T);
+    std::vector<T>& acc = *out;
+    acc.assign(n, T{});
+    std::vector<T> v(n);
     for (size_t k = 0; k < all.size(); ++k) {
-      if (all[k].size() != mine.size()) return internal_error("ranks sent different sizes");
-      std::memcpy(v.data(), all[k].data(), mine.size());
+      if (all[k].size() != bytes) return internal_error("ranks sent different sizes");
+      if (bytes) std::memcpy(v.data(), all[k].data(), bytes);
       for (size_t i = 0; i < n; ++i) {
         T x = v[i];
         if (std::is_floating_point<T>::value) x = static_cast<T>(x * r.prescale);
@@ -99,9 +105,124 @@ class TestExecutor : public core::Executor {
       }
     }
     for (auto& x : acc) {
-      if (r.reduce_op == ReduceOp::kAverage) x = static_cast<T>(x / static_cast<T>(all.size()));
+      if (r.reduce_op == ReduceOp::kAverage) x = static_cast<T>(x / static_cast<T>(divisor));
       if (std::is_floating_point<T>::value) x = static_cast<T>(x * r.postscale);
     }
+    return Status::OK();
+  }
+
+  static std::vector<int64_t> with_rows(int64_t rows, const std::vector<int64_t>& shape) {
+    std::vector<int64_t> s = {rows};
+    if (!shape.empty()) s.insert(s.end(), shape.begin() + 1, shape.end());
+    return s;
+  }
+
+  // Every rank's inputs, concatenated in name order; each rank's block is split by rank_rows.
+  Status allgather(const Response& r, const std::vector<TensorEntry*>& es) {
+    const size_t n = static_cast<size_t>(hub_->size()), k = es.size();
+    const size_t esize = dtype_size(r.dtype);
+    if (r.rank_rows.size() != n * k || r.numels.size() != k) {
+      return internal_error("test allgather: malformed response");
+    }
+    auto rows = [&](size_t i, size_t j) { return r.rank_rows[i * n + j]; };
+    std::vector<uint8_t> mine;
+    for (size_t i = 0; i < k; ++i) {
+      const auto& in = es[i]->input;
+      if (in.shape.empty() || in.shape[0] != rows(i, static_cast<size_t>(rank_))) {
+        return internal_error("test allgather '" + r.names[i] + "': rows differ from response");
+      }
+      const auto* p = static_cast<const uint8_t*>(in.data);
+      if (in.bytes()) mine.insert(mine.end(), p, p + in.bytes());
+    }
+    std::vector<std::vector<uint8_t>> all;
+    HVD_RETURN_IF_ERROR(hub_->exchange(rank_, std::move(mine), &all));
+    std::vector<size_t> out_off(k, 0);
+    for (size_t i = 0; i < k; ++i) {
+      int64_t total = 0;
+      for (size_t j = 0; j < n; ++j) total += rows(i, j);
+      HVD_RETURN_IF_ERROR(core::allocate_output(es[i], with_rows(total, es[i]->input.shape)));
+    }
+    for (size_t j = 0; j < n; ++j) {
+      size_t off = 0;
+      for (size_t i = 0; i < k; ++i) {
+        const size_t b = static_cast<size_t>(rows(i, j) * r.numels[i]) * esize;
+        if (off + b > all[j].size()) return internal_error("test allgather: short block");
+        if (b)
+          std::memcpy(static_cast<uint8_t*>(es[i]->output.data) + out_off[i], all[j].data() + off,
+                      b);
+        off += b;
+        out_off[i] += b;
+      }
+    }
+    return Status::OK();
+  }
+
+  // rank_rows[i * n + j]: rows rank i sends to rank j, consecutive in rank order.
+  Status alltoall(const Response& r, const std::vector<TensorEntry*>& es) {
+    const size_t n = static_cast<size_t>(hub_->size()), me = static_cast<size_t>(rank_);
+    if (r.rank_rows.size() != n * n || r.numels.empty()) {
+      return internal_error("test alltoall: malformed response");
+    }
+    const size_t row_bytes = static_cast<size_t>(r.numels[0]) * dtype_size(r.dtype);
+    for (auto* e : es) {
+      const auto* p = static_cast<const uint8_t*>(e->input.data);
+      std::vector<std::vector<uint8_t>> all;
+      HVD_RETURN_IF_ERROR(
+          hub_->exchange(rank_, std::vector<uint8_t>(p, p + e->input.bytes()), &all));
+      std::vector<int64_t> got(n);
+      int64_t total = 0;
+      for (size_t j = 0; j < n; ++j) total += got[j] = r.rank_rows[j * n + me];
+      HVD_RETURN_IF_ERROR(core::allocate_output(e, with_rows(total, e->input.shape)));
+      size_t out = 0;
+      for (size_t j = 0; j < n; ++j) {
+        size_t skip = 0;
+        for (size_t q = 0; q < me; ++q) skip += static_cast<size_t>(r.rank_rows[j * n + q]);
+        const size_t b = static_cast<size_t>(got[j]) * row_bytes;
+        if ((skip * row_bytes) + b > all[j].size()) return internal_error("test alltoall: short");
+        if (b)
+          std::memcpy(static_cast<uint8_t*>(e->output.data) + out, all[j].data() + skip * row_bytes,
+                      b);
+        out += b;
+      }
+      e->handle->received_splits = got;
+    }
+    return Status::OK();
+  }
+
+  template <typename T>
+  Status reducescatter(const Response& r, const std::vector<TensorEntry*>& es) {
+    const int64_t n = hub_->size();
+    for (auto* e : es) {
+      const auto* p = static_cast<const uint8_t*>(e->input.data);
+      std::vector<std::vector<uint8_t>> all;
+      HVD_RETURN_IF_ERROR(
+          hub_->exchange(rank_, std::vector<uint8_t>(p, p + e->input.bytes()), &all));
+      std::vector<T> acc;
+      HVD_RETURN_IF_ERROR(reduce_all<T>(r, all, e->input.bytes(), static_cast<size_t>(n), &acc));
+      const int64_t rows = e->input.shape[0], row = r.numels.empty() ? 0 : r.numels[0];
+      const int64_t mine = rows / n + (rank_ < rows % n ? 1 : 0);
+      const int64_t start = rank_ * (rows / n) + std::min<int64_t>(rank_, rows % n);
+      HVD_RETURN_IF_ERROR(core::allocate_output(e, with_rows(mine, e->input.shape)));
+      if (mine * row > 0) {
+        std::memcpy(e->output.data, acc.data() + start * row,
+                    static_cast<size_t>(mine * row) * sizeof(T));
+      }
+    }
+    return Status::OK();
+  }
+
+  template <typename T>
+  Status allreduce(const Response& r, const std::vector<TensorEntry*>& es) {
+    std::vector<uint8_t> mine;
+    for (size_t i = 0; i < es.size(); ++i) {
+      const auto* p = static_cast<const uint8_t*>(es[i]->input.data);
+      mine.insert(mine.end(), p, p + es[i]->input.bytes());
+    }
+    std::vector<std::vector<uint8_t>> all;
+    HVD_RETURN_IF_ERROR(hub_->exchange(rank_, mine, &all));
+    std::vector<T> acc;
+    // Average divides by the ranks that contributed data: joined ranks only add zeros.
+    HVD_RETURN_IF_ERROR(reduce_all<T>(r, all, mine.size(), all.size() - r.joined.size(), &acc));
     size_t off = 0;
     for (size_t i = 0; i < es.size(); ++i) {
       std::memcpy(es[i]->output.data, acc.data() + off, es[i]->output.bytes());
@@ -144,14 +265,48 @@ struct Cluster {
       transports.push_back(t.get());
       executors.push_back(e.get());
       device_executors.push_back(d.get());
-      rt.push_back(std::make_unique<Runtime>(
-          cfg, core::RuntimeParts{std::move(t), std::move(e), std::move(d)}));
+      core::RuntimeParts parts{std::move(t), std::move(e), std::move(d)};
+      parts.make_process_set = [this, r](int32_t id, const std::vector<int32_t>& ranks,
+                                         core::RuntimeParts* out) {
+        return make_set_parts(r, id, ranks, out);
+      };
+      rt.push_back(std::make_unique<Runtime>(cfg, std::move(parts)));
+    }
+  }
+
+  /// Process sets: members of set `id` share a pair of hubs made by the first member to ask.
+  Status make_set_parts(int rank, int32_t id, const std::vector<int32_t>& ranks,
+                        core::RuntimeParts* out) {
+    auto it = std::find(ranks.begin(), ranks.end(), rank);
+    if (it == ranks.end()) return Status::OK();  // not a member: no runtime here
+    std::shared_ptr<LocalHub> neg, ex;
+    {
+      std::lock_guard<std::mutex> lk(sets_mu);
+      auto& h = set_hubs[id];
+      if (!h.first) {
+        h.first = std::make_shared<LocalHub>(static_cast<int>(ranks.size()));
+        h.second = std::make_shared<LocalHub>(static_cast<int>(ranks.size()));
+      }
+      neg = h.first;
+      ex = h.second;
+    }
+    const int idx = static_cast<int>(it - ranks.begin());
+    out->transport = std::make_unique<LocalTransport>(neg, idx);
+    out->host_executor = std::make_unique<TestExecutor>(ex, idx);
+    return Status::OK();
+  }
+  void abort_hubs() {
+    hub->abort();
+    exec_hub->abort();
+    std::lock_guard<std::mutex> lk(sets_mu);
+    for (auto& kv : set_hubs) {
+      kv.second.first->abort();
+      kv.second.second->abort();
     }
   }
   ~Cluster() {
     if (!shutdown_all()) {
-      hub->abort();
-      exec_hub->abort();
+      abort_hubs();
       (void)shutdown_all();
     }
   }
@@ -183,10 +338,7 @@ struct Cluster {
     for (auto& f : fs) {
       if (f.wait_until(deadline) != std::future_status::ready) in_time = false;
     }
-    if (!in_time) {
-      hub->abort();
-      exec_hub->abort();
-    }
+    if (!in_time) abort_hubs();
     return in_time;
   }
 
@@ -203,10 +355,7 @@ struct Cluster {
     for (auto& f : fs) {
       if (f.wait_until(deadline) != std::future_status::ready) in_time = false;
     }
-    if (!in_time) {
-      hub->abort();
-      exec_hub->abort();
-    }
+    if (!in_time) abort_hubs();
     return in_time;
   }
 
@@ -214,7 +363,9 @@ struct Cluster {
   std::vector<LocalTransport*> transports;
   std::vector<TestExecutor*> executors;
   std::vector<TestExecutor*> device_executors;  ///< null entries without device executors
-  std::vector<std::unique_ptr<Runtime>> rt;
+  std::mutex sets_mu;
+  std::map<int32_t, std::pair<std::shared_ptr<LocalHub>, std::shared_ptr<LocalHub>>> set_hubs;
+  std::vector<std::unique_ptr<Runtime>> rt;  // last: destroyed first, while the hubs live
 };
 
 /// A tensor with its own input and output buffers, submitted as one TensorEntry.
@@ -226,6 +377,7 @@ struct Tensor {
 
 template <typename T>
 constexpr DataType dtype_of() {
+  if (std::is_same<T, uint8_t>::value) return DataType::kUInt8;
   if (std::is_same<T, float>::value) return DataType::kFloat32;
   if (std::is_same<T, double>::value) return DataType::kFloat64;
   if (std::is_same<T, int32_t>::value) return DataType::kInt32;
@@ -241,7 +393,15 @@ struct Opts {
   int group_size = 0;
   std::vector<int64_t> shape;  ///< empty: 1-D of the tensor's length
   Device device = Device::host();
+  std::vector<int64_t> splits;  ///< alltoall
+  int32_t process_set = 0;
+  std::function<void*(const std::vector<int64_t>&)> allocator;  ///< sized ops; null: hvd's
 };
+
+/// True for the collectives whose output size negotiation decides.
+inline bool sized_op(OpType op) {
+  return op == OpType::kAllgather || op == OpType::kAlltoall || op == OpType::kReducescatter;
+}
 
 template <typename T>
 Handle submit(Runtime& rt, const std::string& name, Tensor<T>& t, const Opts& o = Opts{}) {
@@ -259,9 +419,35 @@ Handle submit(Runtime& rt, const std::string& name, Tensor<T>& t, const Opts& o 
   q.group = o.group;
   q.group_size = o.group_size;
   q.device = o.device;
+  q.splits = o.splits;
+  q.process_set = o.process_set;
   e.input = TensorView(t.in.data(), q.dtype, q.shape, o.device);
   e.output = TensorView(t.out.data(), q.dtype, q.shape, o.device);
+  if (sized_op(o.op)) {  // allocated at execution (Handle::output()), as the API does
+    e.output = TensorView(nullptr, q.dtype, {0}, o.device);
+    e.allocator = o.allocator;
+  }
   return rt.enqueue(std::move(e));
+}
+
+/// hvd::join() on one rank of the cluster: the handle's state()->result is the last rank.
+inline Handle submit_join(Runtime& rt) {
+  TensorEntry e;
+  e.request.rank = rt.rank();
+  e.request.op = OpType::kJoin;
+  e.request.name = "join";
+  e.request.dtype = DataType::kUInt8;
+  e.request.shape = {0};
+  e.input = e.output = TensorView(nullptr, DataType::kUInt8, {0});
+  return rt.enqueue(std::move(e));
+}
+
+/// The output of a sized collective as a vector of T.
+template <typename T>
+std::vector<T> output_of(const Handle& h) {
+  const TensorView& o = h.output();
+  const auto* p = static_cast<const T*>(o.data);
+  return std::vector<T>(p, p + o.numel());
 }
 
 /// Waits for `h` at most `seconds`; FAILs the test (never hangs) when the deadline passes.

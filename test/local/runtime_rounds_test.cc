@@ -88,8 +88,7 @@ TEST_CASE("device tensors on a different device index per rank fuse the same way
   REQUIRE(c.executors[0]->batches().empty());  // nothing went to the host executor
 }
 
-TEST_CASE("names each submitted by one rank complete in the round all ranks have them",
-          "[local]") {
+TEST_CASE("names each submitted by one rank complete in the round all ranks have them", "[local]") {
   // Round 1: rank 0 has "late", rank 1 has "early": nothing is ready, nothing completes.
   // Round 2: each rank adds the other name: both complete, on every rank.
   Cluster c(2);

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // allreduce / grouped allreduce / broadcast / barrier against closed-form expected values.
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -25,13 +24,16 @@ double input_value(ReduceOp op, int r, int64_t i) {
 double expected_value(ReduceOp op, DataType t, int n, int64_t i) {
   double k = static_cast<double>((i % 5) + 1);
   switch (op) {
-    case ReduceOp::kSum: return k * n * (n + 1) / 2;
+    case ReduceOp::kSum:
+      return k * n * (n + 1) / 2;
     case ReduceOp::kAverage: {
       double avg = k * (n + 1) / 2.0;
       return hvd::dtype_is_floating(t) ? avg : std::floor(avg);
     }
-    case ReduceOp::kMin: return k;
-    case ReduceOp::kMax: return k * n;
+    case ReduceOp::kMin:
+      return k;
+    case ReduceOp::kMax:
+      return k * n;
     case ReduceOp::kProduct: {
       double p = 1;
       for (int r = 0; r < n; ++r) p *= static_cast<double>(((r + i) % 2) + 1);
@@ -144,10 +146,12 @@ TEST_CASE("grouped allreduce runs every member with one handle", "[mpi]") {
                        std::vector<int64_t>{static_cast<int64_t>(data[k].size())});
   }
   for (int rep = 0; rep < 3; ++rep) {
-    for (size_t k = 0; k < data.size(); ++k) std::fill(data[k].begin(), data[k].end(), static_cast<float>(r + k));
+    for (size_t k = 0; k < data.size(); ++k)
+      std::fill(data[k].begin(), data[k].end(), static_cast<float>(r + k));
     hvd::grouped_allreduce(views, "grp", ReduceOp::kSum);
     for (size_t k = 0; k < data.size(); ++k) {
-      for (float v : data[k]) REQUIRE(v == static_cast<float>(n * (n - 1) / 2 + n * static_cast<int>(k)));
+      for (float v : data[k])
+        REQUIRE(v == static_cast<float>(n * (n - 1) / 2 + n * static_cast<int>(k)));
     }
   }
 }
@@ -167,9 +171,9 @@ TEST_CASE("broadcast copies the root's values for every dtype and root", "[mpi]"
       bufs.push_back(std::move(b));
     }
     for (size_t k = 0; k < types.size(); ++k) {
-      hs.push_back(hvd::broadcast_async(bufs[k].view(), root,
-                                        std::string("bcast.") + hvd::dtype_name(types[k]) + "." +
-                                            std::to_string(root)));
+      hs.push_back(hvd::broadcast_async(
+          bufs[k].view(), root,
+          std::string("bcast.") + hvd::dtype_name(types[k]) + "." + std::to_string(root)));
     }
     for (size_t k = 0; k < types.size(); ++k) {
       hs[k].wait();
@@ -199,6 +203,39 @@ TEST_CASE("barrier waits for every rank", "[mpi]") {
   auto t0 = std::chrono::steady_clock::now();
   if (hvd::rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
   hvd::barrier();
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   REQUIRE(ms >= 250.0);
+}
+
+TEST_CASE("fused allreduce of tensors straddling reduction slices is exact", "[mpi]") {
+  // 40 x 30001 floats (~4.8 MB fused) cross the 1 MiB slices at odd offsets; float64 too.
+  const int r = hvd::rank(), n = hvd::size();
+  std::vector<std::vector<float>> f(40);
+  std::vector<std::vector<double>> d(7);
+  std::vector<hvd::Handle> hs;
+  for (size_t k = 0; k < f.size(); ++k) {
+    f[k].resize(30001 + k);
+    for (size_t i = 0; i < f[k].size(); ++i) f[k][i] = static_cast<float>((r + 1) * ((i + k) % 13));
+    hs.push_back(hvd::allreduce_async(
+        hvd::TensorView(f[k].data(), DataType::kFloat32, {static_cast<int64_t>(f[k].size())}),
+        "slices.f." + std::to_string(k), ReduceOp::kSum, 2.0, 0.5));
+  }
+  for (size_t k = 0; k < d.size(); ++k) {
+    d[k].resize(70001);
+    for (size_t i = 0; i < d[k].size(); ++i) d[k][i] = static_cast<double>(r * 1000 + i % 97);
+    hs.push_back(hvd::allreduce_async(
+        hvd::TensorView(d[k].data(), DataType::kFloat64, {static_cast<int64_t>(d[k].size())}),
+        "slices.d." + std::to_string(k), ReduceOp::kMax));
+  }
+  for (auto& h : hs) h.wait();
+  for (size_t k = 0; k < f.size(); ++k) {
+    for (size_t i = 0; i < f[k].size(); ++i) {
+      REQUIRE(f[k][i] == static_cast<float>(n * (n + 1) / 2 * ((i + k) % 13)));
+    }
+  }
+  for (size_t k = 0; k < d.size(); ++k) {
+    for (size_t i = 0; i < d[k].size(); ++i)
+      REQUIRE(d[k][i] == static_cast<double>((n - 1) * 1000 + i % 97));
+  }
 }

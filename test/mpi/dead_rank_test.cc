@@ -25,7 +25,8 @@ int main() {
   auto t0 = std::chrono::steady_clock::now();
   hvd::Handle h = hvd::allreduce_async(v, "after_death", hvd::ReduceOp::kSum);
   hvd::Status s = h.wait_status();
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const std::string want = "rank " + std::to_string(n - 1);
   bool ok = !s.ok() && s.code() == hvd::StatusCode::kPeerFailure &&
             s.message().find(want) != std::string::npos &&

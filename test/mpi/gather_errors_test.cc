@@ -25,12 +25,14 @@ TEST_CASE("allgather with differing trailing dimensions names ranks and shapes",
   if (n < 2) return;
   std::vector<float> v(8, 1.0f);
   const int64_t cols = r == 0 ? 3 : 4;
-  std::string err = error_of(
-      [&] { hvd::allgather(hvd::TensorView(v.data(), DataType::kFloat32, {1, cols}), "ge.trail"); });
+  std::string err = error_of([&] {
+    hvd::allgather(hvd::TensorView(v.data(), DataType::kFloat32, {1, cols}), "ge.trail");
+  });
   std::string others = n == 2 ? "rank 1 has shape [1, 4]"
                               : "ranks 1-" + std::to_string(n - 1) + " have shapes [1, 4]";
   REQUIRE_THAT(err, Contains("allgather 'ge.trail': dimensions after the first must match on "
-                             "every rank, but rank 0 has shape [1, 3] and " + others));
+                             "every rank, but rank 0 has shape [1, 3] and " +
+                             others));
   // Still serving, and the same name works once shapes agree.
   hvd::Handle h = hvd::allgather(hvd::TensorView(v.data(), DataType::kFloat32, {2, 4}), "ge.trail");
   REQUIRE(h.output().shape == std::vector<int64_t>{2 * n, 4});
@@ -45,7 +47,8 @@ TEST_CASE("alltoall splits that do not fit are rejected with the values", "[mpi]
   std::string err = error_of([&] { hvd::alltoall(t, bad_sum, "ge.sum"); });
   REQUIRE_THAT(err, Contains("alltoall 'ge.sum': splits " + hvd::shape_str(bad_sum) + " sum to " +
                              std::to_string(5 + n - 1) + " but the first dimension is 4"));
-  err = error_of([&] { hvd::alltoall(t, std::vector<int64_t>(static_cast<size_t>(n + 1), 0), "ge.len"); });
+  err = error_of(
+      [&] { hvd::alltoall(t, std::vector<int64_t>(static_cast<size_t>(n + 1), 0), "ge.len"); });
   REQUIRE_THAT(err, Contains("alltoall 'ge.len': " + std::to_string(n + 1) + " splits"));
   REQUIRE_THAT(err, Contains("but the process set has " + std::to_string(n) + " ranks"));
   if (n > 1) {
@@ -63,8 +66,10 @@ TEST_CASE("reducescatter rejects unsupported ops, bool and scalars", "[mpi]") {
                        hvd::ReduceOp::kMin);
   });
   REQUIRE_THAT(err, Contains("reducescatter 'ge.min': reduce op Min is not supported"));
-  err = error_of([&] { hvd::reducescatter(hvd::TensorView(v.data(), DataType::kBool, {4}), "ge.bool"); });
+  err = error_of(
+      [&] { hvd::reducescatter(hvd::TensorView(v.data(), DataType::kBool, {4}), "ge.bool"); });
   REQUIRE_THAT(err, Contains("reducescatter 'ge.bool': dtype bool cannot be reduced"));
-  err = error_of([&] { hvd::allgather(hvd::TensorView(v.data(), DataType::kFloat32, {}), "ge.scalar"); });
+  err = error_of(
+      [&] { hvd::allgather(hvd::TensorView(v.data(), DataType::kFloat32, {}), "ge.scalar"); });
   REQUIRE_THAT(err, Contains("allgather 'ge.scalar': needs a tensor with at least one dimension"));
 }

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // allgather / alltoall / reducescatter (and grouped forms) against values every rank computes.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "mpi_test_util.h"
@@ -50,9 +49,9 @@ TEST_CASE("allgather concatenates ragged first dimensions for every dtype", "[mp
       }
     }
     for (auto& g : gs) {
-      g.h = hvd::allgather_async(g.in.view({gather_rows(r, g.t), kCols}),
-                                 std::string("ag.") + hvd::dtype_name(g.dt) + "." +
-                                     std::to_string(g.t));
+      g.h = hvd::allgather_async(
+          g.in.view({gather_rows(r, g.t), kCols}),
+          std::string("ag.") + hvd::dtype_name(g.dt) + "." + std::to_string(g.t));
     }
     for (auto& g : gs) {
       INFO(hvd::dtype_name(g.dt) << " tensor " << g.t);
@@ -63,7 +62,7 @@ TEST_CASE("allgather concatenates ragged first dimensions for every dtype", "[mp
       REQUIRE(out.shape == std::vector<int64_t>{total, kCols});
       REQUIRE(out.dtype == g.dt);
       Buffer got(g.dt, total * kCols);
-      std::memcpy(got.view().data, out.data, out.bytes());
+      if (got.size()) std::memcpy(got.view().data, out.data, out.bytes());
       int64_t row = 0;
       for (int q = 0; q < n; ++q) {
         for (int64_t k = 0; k < gather_rows(q, g.t); ++k, ++row) {
@@ -82,8 +81,8 @@ TEST_CASE("allgather of a large tensor and through a caller's allocator", "[mpi]
   std::vector<float> in(static_cast<size_t>(len));
   for (int64_t i = 0; i < len; ++i) in[static_cast<size_t>(i)] = static_cast<float>(r * 3 + i % 11);
   std::vector<float> mine;
-  auto h = hvd::allgather_async(hvd::TensorView(in.data(), DataType::kFloat32, {len}), "ag.big",
-                                {}, [&](const std::vector<int64_t>& shape) -> void* {
+  auto h = hvd::allgather_async(hvd::TensorView(in.data(), DataType::kFloat32, {len}), "ag.big", {},
+                                [&](const std::vector<int64_t>& shape) -> void* {
                                   mine.resize(static_cast<size_t>(hvd::shape_numel(shape)));
                                   return mine.data();
                                 });
@@ -148,7 +147,8 @@ TEST_CASE("alltoall sends rows by splits and returns the received splits", "[mpi
       }
     }
     INFO(hvd::dtype_name(dt));
-    hvd::Handle h = hvd::alltoall(in.view({rows, 2}), splits, std::string("a2a.") + hvd::dtype_name(dt));
+    hvd::Handle h =
+        hvd::alltoall(in.view({rows, 2}), splits, std::string("a2a.") + hvd::dtype_name(dt));
     std::vector<int64_t> expect_splits;
     int64_t total = 0;
     for (int i = 0; i < n; ++i) {
@@ -158,7 +158,7 @@ TEST_CASE("alltoall sends rows by splits and returns the received splits", "[mpi
     REQUIRE(h.received_splits() == expect_splits);
     REQUIRE(h.output().shape == std::vector<int64_t>{total, 2});
     Buffer got(dt, total * 2);
-    std::memcpy(got.view().data, h.output().data, h.output().bytes());
+    if (got.size()) std::memcpy(got.view().data, h.output().data, h.output().bytes());
     row = 0;
     for (int i = 0; i < n; ++i) {
       for (int64_t k = 0; k < a2a_rows(i, r); ++k, ++row) {
@@ -175,7 +175,8 @@ TEST_CASE("alltoall without splits sends equal blocks", "[mpi]") {
     in[static_cast<size_t>(2 * j)] = r * 100 + j;
     in[static_cast<size_t>(2 * j + 1)] = r * 100 + j + 50;
   }
-  hvd::Handle h = hvd::alltoall(hvd::TensorView(in.data(), DataType::kInt64, {2 * n}), {}, "a2a.eq");
+  hvd::Handle h =
+      hvd::alltoall(hvd::TensorView(in.data(), DataType::kInt64, {2 * n}), {}, "a2a.eq");
   REQUIRE(h.received_splits() == std::vector<int64_t>(static_cast<size_t>(n), 2));
   const auto* p = static_cast<const int64_t*>(h.output().data);
   for (int i = 0; i < n; ++i) {
@@ -208,12 +209,12 @@ TEST_CASE("reducescatter gives each rank its slice of the reduced rows", "[mpi]"
         const int64_t mine = rs_rows(rows, n, r), start = rs_start(rows, n, r);
         REQUIRE(h.output().shape == std::vector<int64_t>{mine, cols});
         Buffer got(dt, mine * cols);
-        std::memcpy(got.view().data, h.output().data, h.output().bytes());
+        if (got.size()) std::memcpy(got.view().data, h.output().data, h.output().bytes());
         for (int64_t k = 0; k < mine; ++k) {
           for (int64_t e = 0; e < cols; ++e) {
             double base = static_cast<double>((start + k + e) % 3 + 1);
             double sum = base * n * (n + 1) / 2;
-            double expect = op == ReduceOp::kSum ? sum
+            double expect = op == ReduceOp::kSum         ? sum
                             : hvd::dtype_is_floating(dt) ? sum / n
                                                          : std::floor(sum / n);
             REQUIRE(got.get(k * cols + e) == expect);

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // join(): joined ranks take part in allreduce / allgather / broadcast; other ops fail cleanly.
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <thread>
 
@@ -40,16 +39,18 @@ TEST_CASE("join with 1..N-1 ranks joined early: allreduce, allgather, broadcast"
     for (int it = 0; it < 3; ++it) {  // repeated: the cache must not short-circuit joined ranks
       std::vector<float> s(5, static_cast<float>(r + 1)), a(5, static_cast<float>(r + 1));
       std::vector<int32_t> si(4, r + 1);
-      auto hs = hvd::allreduce_async(hvd::TensorView(s.data(), DataType::kFloat32, {5}), tag + "sum",
-                                     ReduceOp::kSum);
-      auto ha = hvd::allreduce_async(hvd::TensorView(a.data(), DataType::kFloat32, {5}), tag + "avg",
-                                     ReduceOp::kAverage);
-      auto hi = hvd::allreduce_async(hvd::TensorView(si.data(), DataType::kInt32, {4}), tag + "isum",
-                                     ReduceOp::kSum);
+      auto hs = hvd::allreduce_async(hvd::TensorView(s.data(), DataType::kFloat32, {5}),
+                                     tag + "sum", ReduceOp::kSum);
+      auto ha = hvd::allreduce_async(hvd::TensorView(a.data(), DataType::kFloat32, {5}),
+                                     tag + "avg", ReduceOp::kAverage);
+      auto hi = hvd::allreduce_async(hvd::TensorView(si.data(), DataType::kInt32, {4}),
+                                     tag + "isum", ReduceOp::kSum);
       std::vector<double> g(static_cast<size_t>(r + 1), r);
-      auto hg = hvd::allgather_async(hvd::TensorView(g.data(), DataType::kFloat64, {r + 1}), tag + "ag");
+      auto hg =
+          hvd::allgather_async(hvd::TensorView(g.data(), DataType::kFloat64, {r + 1}), tag + "ag");
       std::vector<int64_t> b(3, r == 0 ? 42 : -1);
-      auto hb = hvd::broadcast_async(hvd::TensorView(b.data(), DataType::kInt64, {3}), 0, tag + "bc");
+      auto hb =
+          hvd::broadcast_async(hvd::TensorView(b.data(), DataType::kInt64, {3}), 0, tag + "bc");
       hs.wait();
       ha.wait();
       hi.wait();
@@ -95,12 +96,12 @@ TEST_CASE("ops a joined rank cannot take part in fail with a clear error", "[mpi
     REQUIRE(hvd::join() == last - 1);
   } else {
     std::vector<float> t(static_cast<size_t>(2 * n), 1.0f);
-    std::string err = wait_error(hvd::alltoall_async(hvd::TensorView(t.data(), DataType::kFloat32, {2 * n}),
-                                                     {}, "jerr.a2a"));
+    std::string err = wait_error(hvd::alltoall_async(
+        hvd::TensorView(t.data(), DataType::kFloat32, {2 * n}), {}, "jerr.a2a"));
     std::string who = "rank " + std::to_string(last) + " has joined";
     REQUIRE_THAT(err, Contains("alltoall 'jerr.a2a': cannot run while " + who));
-    err = wait_error(hvd::reducescatter_async(hvd::TensorView(t.data(), DataType::kFloat32, {2 * n}),
-                                              "jerr.rs"));
+    err = wait_error(hvd::reducescatter_async(
+        hvd::TensorView(t.data(), DataType::kFloat32, {2 * n}), "jerr.rs"));
     REQUIRE_THAT(err, Contains("reducescatter 'jerr.rs': cannot run while " + who));
     err = wait_error(hvd::broadcast_async(hvd::TensorView(t.data(), DataType::kFloat32, {2 * n}),
                                           last, "jerr.bc"));

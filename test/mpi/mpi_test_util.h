@@ -13,8 +13,8 @@ namespace hvd_test {
 
 inline const std::vector<hvd::DataType>& reducible_dtypes() {
   static const std::vector<hvd::DataType> all = {
-      hvd::DataType::kUInt8,   hvd::DataType::kInt8,    hvd::DataType::kInt16,
-      hvd::DataType::kInt32,   hvd::DataType::kInt64,   hvd::DataType::kFloat16,
+      hvd::DataType::kUInt8,    hvd::DataType::kInt8,    hvd::DataType::kInt16,
+      hvd::DataType::kInt32,    hvd::DataType::kInt64,   hvd::DataType::kFloat16,
       hvd::DataType::kBFloat16, hvd::DataType::kFloat32, hvd::DataType::kFloat64};
   return all;
 }
@@ -22,35 +22,66 @@ inline const std::vector<hvd::DataType>& reducible_dtypes() {
 /// A host tensor of any dtype with double-valued accessors.
 class Buffer {
  public:
-  Buffer(hvd::DataType t, int64_t n) : t_(t), n_(n), bytes_(static_cast<size_t>(n) * hvd::dtype_size(t)) {}
+  Buffer(hvd::DataType t, int64_t n)
+      : t_(t), n_(n), bytes_(static_cast<size_t>(n) * hvd::dtype_size(t)) {}
   void set(int64_t i, double v) {
     uint8_t* p = bytes_.data() + i * static_cast<int64_t>(hvd::dtype_size(t_));
     switch (t_) {
-      case hvd::DataType::kUInt8: store<uint8_t>(p, v); break;
-      case hvd::DataType::kInt8: store<int8_t>(p, v); break;
-      case hvd::DataType::kInt16: store<int16_t>(p, v); break;
-      case hvd::DataType::kInt32: store<int32_t>(p, v); break;
-      case hvd::DataType::kInt64: store<int64_t>(p, v); break;
-      case hvd::DataType::kFloat16: store<uint16_t>(p, hvd::float_to_half(static_cast<float>(v)), true); break;
-      case hvd::DataType::kBFloat16: store<uint16_t>(p, hvd::float_to_bf16(static_cast<float>(v)), true); break;
-      case hvd::DataType::kFloat32: store<float>(p, v); break;
-      case hvd::DataType::kFloat64: store<double>(p, v); break;
-      case hvd::DataType::kBool: store<uint8_t>(p, v != 0 ? 1 : 0); break;
+      case hvd::DataType::kUInt8:
+        store<uint8_t>(p, v);
+        break;
+      case hvd::DataType::kInt8:
+        store<int8_t>(p, v);
+        break;
+      case hvd::DataType::kInt16:
+        store<int16_t>(p, v);
+        break;
+      case hvd::DataType::kInt32:
+        store<int32_t>(p, v);
+        break;
+      case hvd::DataType::kInt64:
+        store<int64_t>(p, v);
+        break;
+      case hvd::DataType::kFloat16:
+        store<uint16_t>(p, hvd::float_to_half(static_cast<float>(v)), true);
+        break;
+      case hvd::DataType::kBFloat16:
+        store<uint16_t>(p, hvd::float_to_bf16(static_cast<float>(v)), true);
+        break;
+      case hvd::DataType::kFloat32:
+        store<float>(p, v);
+        break;
+      case hvd::DataType::kFloat64:
+        store<double>(p, v);
+        break;
+      case hvd::DataType::kBool:
+        store<uint8_t>(p, v != 0 ? 1 : 0);
+        break;
     }
   }
   double get(int64_t i) const {
     const uint8_t* p = bytes_.data() + i * static_cast<int64_t>(hvd::dtype_size(t_));
     switch (t_) {
-      case hvd::DataType::kUInt8: return load<uint8_t>(p);
-      case hvd::DataType::kInt8: return load<int8_t>(p);
-      case hvd::DataType::kInt16: return load<int16_t>(p);
-      case hvd::DataType::kInt32: return load<int32_t>(p);
-      case hvd::DataType::kInt64: return static_cast<double>(load<int64_t>(p));
-      case hvd::DataType::kFloat16: return hvd::half_to_float(load<uint16_t>(p));
-      case hvd::DataType::kBFloat16: return hvd::bf16_to_float(load<uint16_t>(p));
-      case hvd::DataType::kFloat32: return load<float>(p);
-      case hvd::DataType::kFloat64: return load<double>(p);
-      case hvd::DataType::kBool: return load<uint8_t>(p);
+      case hvd::DataType::kUInt8:
+        return load<uint8_t>(p);
+      case hvd::DataType::kInt8:
+        return load<int8_t>(p);
+      case hvd::DataType::kInt16:
+        return load<int16_t>(p);
+      case hvd::DataType::kInt32:
+        return load<int32_t>(p);
+      case hvd::DataType::kInt64:
+        return static_cast<double>(load<int64_t>(p));
+      case hvd::DataType::kFloat16:
+        return hvd::half_to_float(load<uint16_t>(p));
+      case hvd::DataType::kBFloat16:
+        return hvd::bf16_to_float(load<uint16_t>(p));
+      case hvd::DataType::kFloat32:
+        return load<float>(p);
+      case hvd::DataType::kFloat64:
+        return load<double>(p);
+      case hvd::DataType::kBool:
+        return load<uint8_t>(p);
     }
     return 0;
   }

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Process sets: disjoint sets run different collectives at once; errors name set and ranks.
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <thread>
 
@@ -59,10 +58,12 @@ TEST_CASE("two disjoint process sets run different collectives at the same time"
       for (int32_t x : v) REQUIRE(x == expect);
     } else {  // set B: allgather of global ranks, one row each
       std::vector<float> v(2, static_cast<float>(r));
-      hvd::Handle h = hvd::allgather(hvd::TensorView(v.data(), DataType::kFloat32, {1, 2}), "ps.ag", b);
+      hvd::Handle h =
+          hvd::allgather(hvd::TensorView(v.data(), DataType::kFloat32, {1, 2}), "ps.ag", b);
       REQUIRE(h.output().shape == std::vector<int64_t>{ms, 2});
       const auto* p = static_cast<const float*>(h.output().data);
-      for (int i = 0; i < ms; ++i) REQUIRE(p[2 * i] == static_cast<float>(odds()[static_cast<size_t>(i)]));
+      for (int i = 0; i < ms; ++i)
+        REQUIRE(p[2 * i] == static_cast<float>(odds()[static_cast<size_t>(i)]));
     }
   }
   // Broadcast roots are ranks within the set: root 0 of B is global rank 1.
@@ -101,8 +102,8 @@ TEST_CASE("two disjoint process sets run different collectives at the same time"
   hvd::ProcessSet other = in_a ? b : a;
   std::vector<float> x(1, 0.0f);
   std::string err = error_of([&] {
-    hvd::allreduce(hvd::TensorView(x.data(), DataType::kFloat32, {1}), "ps.notmine",
-                   ReduceOp::kSum, 1.0, 1.0, other);
+    hvd::allreduce(hvd::TensorView(x.data(), DataType::kFloat32, {1}), "ps.notmine", ReduceOp::kSum,
+                   1.0, 1.0, other);
   });
   REQUIRE_THAT(err, Contains("allreduce 'ps.notmine': rank " + std::to_string(r) +
                              " is not a member of process set " + std::to_string(other.id())));

@@ -36,11 +36,11 @@ TEST_CASE("torch allreduce maps every reducible dtype", "[mpi]") {
   for (auto dt : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16, torch::kInt,
                   torch::kLong, torch::kShort, torch::kChar, torch::kByte}) {
     INFO("dtype " << c10::toString(dt));
-    torch::Tensor out = hvd::allreduce(ranked(dt), std::string("dt.") + c10::toString(dt),
-                                       hvd::ReduceOp::kSum);
+    torch::Tensor out =
+        hvd::allreduce(ranked(dt), std::string("dt.") + c10::toString(dt), hvd::ReduceOp::kSum);
     CHECK(out.scalar_type() == dt);
-    CHECK(torch::allclose(out.to(torch::kDouble), torch::full({3, 4}, sum_rank_plus_one(),
-                                                                torch::kDouble)));
+    CHECK(torch::allclose(out.to(torch::kDouble),
+                          torch::full({3, 4}, sum_rank_plus_one(), torch::kDouble)));
   }
 }
 
@@ -82,8 +82,8 @@ TEST_CASE("torch grouped allreduce reduces tensors of several dtypes together", 
   REQUIRE(outs.size() == 3);
   for (size_t i = 0; i < 3; ++i) {
     CHECK(outs[i].sizes() == ts[i].sizes());
-    CHECK(torch::allclose(outs[i].to(torch::kDouble), torch::full_like(outs[i], sum_rank_plus_one(),
-                                                                       torch::kDouble)));
+    CHECK(torch::allclose(outs[i].to(torch::kDouble),
+                          torch::full_like(outs[i], sum_rank_plus_one(), torch::kDouble)));
   }
   hvd::grouped_allreduce_(ts, "grouped.inplace");
   CHECK(torch::allclose(ts[0], torch::full({3, 4}, mean_rank_plus_one())));
@@ -181,11 +181,13 @@ void check_round_trip(const std::string& name, const OptimizerFactory& make) {
 TEST_CASE("broadcast_optimizer_state round trips every libtorch optimizer", "[mpi]") {
   using namespace torch::optim;
   check_round_trip("sgd", [](std::vector<torch::Tensor> ps, double lr) {
-    return std::make_unique<SGD>(ps, SGDOptions(lr).momentum(0.9).weight_decay(1e-4).nesterov(true));
+    return std::make_unique<SGD>(ps,
+                                 SGDOptions(lr).momentum(0.9).weight_decay(1e-4).nesterov(true));
   });
   check_round_trip("adam", [](std::vector<torch::Tensor> ps, double lr) {
     return std::make_unique<Adam>(
-        ps, AdamOptions(lr).betas({0.8 + 0.01 * hvd::rank(), 0.99}).weight_decay(1e-3).amsgrad(true));
+        ps,
+        AdamOptions(lr).betas({0.8 + 0.01 * hvd::rank(), 0.99}).weight_decay(1e-3).amsgrad(true));
   });
   check_round_trip("adamw", [](std::vector<torch::Tensor> ps, double lr) {
     return std::make_unique<AdamW>(ps, AdamWOptions(lr).eps(1e-6 * (hvd::rank() + 1)));

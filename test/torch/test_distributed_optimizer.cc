@@ -48,11 +48,13 @@ std::vector<torch::Tensor> params_of(std::initializer_list<torch::nn::Module*> m
   return out;
 }
 
-hvd::NamedParameters prefixed_modules(const std::string& prefix,
-                              std::initializer_list<std::pair<std::string, torch::nn::Module*>> ms) {
+hvd::NamedParameters prefixed_modules(
+    const std::string& prefix,
+    std::initializer_list<std::pair<std::string, torch::nn::Module*>> ms) {
   hvd::NamedParameters out;
   for (const auto& [name, m] : ms) {
-    for (const auto& p : m->named_parameters()) out.emplace_back(prefix + name + "." + p.key(), p.value());
+    for (const auto& p : m->named_parameters())
+      out.emplace_back(prefix + name + "." + p.key(), p.value());
   }
   return out;
 }
@@ -121,7 +123,8 @@ void run_shared_autoencoder(bool horovod_style) {
   optim::SGD o3(params_of({m->dec_c.ptr().get()}), optim::SGDOptions(0.05));
   optim::SGD r1(params_of({r->encoder.ptr().get(), r->dec_a.ptr().get()}),
                 optim::SGDOptions(0.05).momentum(0.9));
-  optim::Adam r2(params_of({r->encoder.ptr().get(), r->dec_b.ptr().get()}), optim::AdamOptions(1e-2));
+  optim::Adam r2(params_of({r->encoder.ptr().get(), r->dec_b.ptr().get()}),
+                 optim::AdamOptions(1e-2));
   optim::SGD r3(params_of({r->dec_c.ptr().get()}), optim::SGDOptions(0.05));
 
   auto named = m->named_parameters();
@@ -131,7 +134,8 @@ void run_shared_autoencoder(bool horovod_style) {
         o1, prefixed_modules("opt1.", {{"enc", enc}, {"a", m->dec_a.ptr().get()}}));
     d2 = std::make_unique<hvd::DistributedOptimizer>(
         o2, prefixed_modules("opt2.", {{"enc", enc}, {"b", m->dec_b.ptr().get()}}));
-    d3 = std::make_unique<hvd::DistributedOptimizer>(o3, prefixed_modules("opt3.", {{"c", m->dec_c.ptr().get()}}));
+    d3 = std::make_unique<hvd::DistributedOptimizer>(
+        o3, prefixed_modules("opt3.", {{"c", m->dec_c.ptr().get()}}));
   } else {  // the natural way: the model's names for all three
     d1 = std::make_unique<hvd::DistributedOptimizer>(o1, named);
     d2 = std::make_unique<hvd::DistributedOptimizer>(o2, named);
@@ -148,9 +152,18 @@ void run_shared_autoencoder(bool horovod_style) {
       d1->synchronize();
       d2->synchronize();
       d3->synchronize();
-      { auto g = d1->skip_synchronize(); d1->step(); }
-      { auto g = d2->skip_synchronize(); d2->step(); }
-      { auto g = d3->skip_synchronize(); d3->step(); }
+      {
+        auto g = d1->skip_synchronize();
+        d1->step();
+      }
+      {
+        auto g = d2->skip_synchronize();
+        d2->step();
+      }
+      {
+        auto g = d3->skip_synchronize();
+        d3->step();
+      }
     } else {
       d1->step();
       d2->step();
@@ -175,7 +188,8 @@ TEST_CASE("shared encoder with three optimizers matches one process, no renaming
   run_shared_autoencoder(false);
 }
 
-TEST_CASE("shared encoder in Horovod style (prefixes, synchronize) gives the same result", "[mpi]") {
+TEST_CASE("shared encoder in Horovod style (prefixes, synchronize) gives the same result",
+          "[mpi]") {
   run_shared_autoencoder(true);
 }
 
@@ -236,10 +250,10 @@ TEST_CASE("gradient reductions start during backward, before it returns", "[mpi]
     return std::find(events.begin(), events.end(), e) - events.begin();
   };
   REQUIRE(events.size() == 8 + 2);
-  CHECK(events.front().rfind("submit ", 0) == 0);         // the first event is a submission
-  CHECK(pos("slow hook") > 0);                             // ... before the middle of backward
-  CHECK(pos("backward returned") == 9);                    // all 8 submitted during backward
-  CHECK(first_done_during_backward);                       // and the first one finished there
+  CHECK(events.front().rfind("submit ", 0) == 0);  // the first event is a submission
+  CHECK(pos("slow hook") > 0);                     // ... before the middle of backward
+  CHECK(pos("backward returned") == 9);            // all 8 submitted during backward
+  CHECK(first_done_during_backward);               // and the first one finished there
 }
 
 TEST_CASE("reduction options give the independently computed gradients", "[mpi]") {
@@ -280,8 +294,8 @@ TEST_CASE("reduction options give the independently computed gradients", "[mpi]"
     }
     opt.synchronize();
     for (const auto& p : ref->named_parameters()) {
-      torch::Tensor expect = hvd::allreduce(p.value().grad(), std::string("expect.") + c.what +
-                                                                  "." + p.key(), c.options.op_);
+      torch::Tensor expect = hvd::allreduce(
+          p.value().grad(), std::string("expect.") + c.what + "." + p.key(), c.options.op_);
       INFO("parameter " << p.key());
       CHECK(rel_diff(model->named_parameters()[p.key()].grad(), expect) <= c.tol);
     }
@@ -295,7 +309,8 @@ TEST_CASE("parameters without a gradient on some ranks get zeros and nobody hang
   auto named = [&] {
     hvd::NamedParameters n;
     for (auto& [pre, m] : {std::pair<std::string, torch::nn::Module*>{"trunk", trunk.ptr().get()},
-                           {"even", even.ptr().get()}, {"odd", odd.ptr().get()}}) {
+                           {"even", even.ptr().get()},
+                           {"odd", odd.ptr().get()}}) {
       for (const auto& p : m->named_parameters()) n.emplace_back(pre + "." + p.key(), p.value());
     }
     return n;
@@ -309,8 +324,9 @@ TEST_CASE("parameters without a gradient on some ranks get zeros and nobody hang
     torch::Tensor h = trunk->forward(torch::ones({2, 4}) * (hvd::rank() + 1));
     (hvd::rank() % 2 == 0 ? even : odd)->forward(h).sum().backward();
     std::vector<torch::Tensor> local;
-    for (auto& p : named) local.push_back(p.second.grad().defined() ? p.second.grad().clone()
-                                                                    : torch::zeros_like(p.second));
+    for (auto& p : named)
+      local.push_back(p.second.grad().defined() ? p.second.grad().clone()
+                                                : torch::zeros_like(p.second));
     opt.synchronize();
     for (size_t i = 0; i < named.size(); ++i) {
       torch::Tensor expect = hvd::allreduce(local[i], "unused.expect." + named[i].first);
@@ -329,8 +345,8 @@ TEST_CASE("two different tensors under one name are rejected, naming both owners
                                   hvd::DistributedOptimizerOptions().label("first"));
   CHECK_THROWS_WITH(hvd::DistributedOptimizer(s2, hvd::NamedParameters{{"w", b}},
                                               hvd::DistributedOptimizerOptions().label("second")),
-                    Contains("two different tensors") && Contains("'w'") &&
-                        Contains("'first'") && Contains("'second'") && Contains("[4, 3]"));
+                    Contains("two different tensors") && Contains("'w'") && Contains("'first'") &&
+                        Contains("'second'") && Contains("[4, 3]"));
   optim::SGD s3(std::vector<torch::Tensor>{a}, 0.2);
   CHECK_NOTHROW(hvd::DistributedOptimizer(s3, hvd::NamedParameters{{"w", a}}));
   optim::SGD s4(std::vector<torch::Tensor>{a, b}, 0.2);
@@ -357,14 +373,15 @@ TEST_CASE("backward_passes_per_step misuse is reported", "[mpi]") {
   torch::nn::Linear lin(3, 2);
   optim::SGD sgd(lin->parameters(), 0.1);
   auto loss = [&] { return lin->forward(torch::ones({1, 3})).sum(); };
-  CHECK_THROWS_WITH(hvd::DistributedOptimizer(sgd, lin->named_parameters(),
-                                              hvd::DistributedOptimizerOptions().backward_passes_per_step(0)),
-                    Contains("backward_passes_per_step must be >= 1, got 0"));
+  CHECK_THROWS_WITH(
+      hvd::DistributedOptimizer(sgd, lin->named_parameters(),
+                                hvd::DistributedOptimizerOptions().backward_passes_per_step(0)),
+      Contains("backward_passes_per_step must be >= 1, got 0"));
   {
     hvd::DistributedOptimizer opt(sgd, lin->named_parameters());
     loss().backward();
-    CHECK_THROWS_WITH(loss().backward(), Contains("computed again") &&
-                                             Contains("backward_passes_per_step=1"));
+    CHECK_THROWS_WITH(loss().backward(),
+                      Contains("computed again") && Contains("backward_passes_per_step=1"));
     opt.step();
   }
   {
@@ -376,9 +393,9 @@ TEST_CASE("backward_passes_per_step misuse is reported", "[mpi]") {
     loss().backward();
     opt.step();
   }
-  CHECK_THROWS_WITH(hvd::DistributedOptimizer(sgd, lin->named_parameters(),
-                                              hvd::DistributedOptimizerOptions()
-                                                  .op(hvd::ReduceOp::kSum)
-                                                  .gradient_predivide_factor(2)),
-                    Contains("only supported with op Average"));
+  CHECK_THROWS_WITH(
+      hvd::DistributedOptimizer(
+          sgd, lin->named_parameters(),
+          hvd::DistributedOptimizerOptions().op(hvd::ReduceOp::kSum).gradient_predivide_factor(2)),
+      Contains("only supported with op Average"));
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // dtype tables and 16-bit float conversions.
-#include <catch2/catch.hpp>
-
 #include "hvd/core/types.h"
+
+#include <catch2/catch.hpp>
 
 using namespace hvd;
 
@@ -12,8 +12,8 @@ TEST_CASE("float16 round trips small integers and rounds to nearest even", "[uni
   }
   REQUIRE(float_to_half(1.0f) == 0x3c00);
   REQUIRE(float_to_half(65504.0f) == 0x7bff);
-  REQUIRE(float_to_half(1e6f) == 0x7c00);                 // overflow to inf
-  REQUIRE(half_to_float(0x0001) == Approx(5.9604645e-8f)); // smallest subnormal
+  REQUIRE(float_to_half(1e6f) == 0x7c00);                   // overflow to inf
+  REQUIRE(half_to_float(0x0001) == Approx(5.9604645e-8f));  // smallest subnormal
   REQUIRE(float_to_half(5.9604645e-8f) == 0x0001);
   REQUIRE(float_to_half(2049.0f) == float_to_half(2048.0f));  // tie rounds to even
 }

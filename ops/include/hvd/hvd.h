@@ -3,8 +3,8 @@
 //
 //   hvd::init();
 //   std::vector<float> grad(n, ...);
-//   auto h = hvd::allreduce_async(hvd::TensorView(grad.data(), hvd::DataType::kFloat32, {n}), "grad");
-//   hvd::wait(h);   // throws hvd::Error naming the tensor and ranks if the ranks disagree
+//   auto h = hvd::allreduce_async(hvd::TensorView(grad.data(), hvd::DataType::kFloat32, {n}),
+//   "grad"); hvd::wait(h);   // throws hvd::Error naming the tensor and ranks if the ranks disagree
 //   hvd::shutdown();
 #pragma once
 
@@ -103,9 +103,11 @@ Handle broadcast_async(const TensorView& tensor, int root_rank, const std::strin
 Handle allgather_async(const TensorView& tensor, const std::string& name = "",
                        const ProcessSet& process_set = {}, const Allocator& allocator = nullptr);
 /// All tensors negotiated and executed together; one handle per tensor (each with its output).
+/// `allocators`: empty (hvd owns the outputs) or one per tensor.
 std::vector<Handle> grouped_allgather_async(const std::vector<TensorView>& tensors,
                                             const std::string& name = "",
-                                            const ProcessSet& process_set = {});
+                                            const ProcessSet& process_set = {},
+                                            const std::vector<Allocator>& allocators = {});
 /// Sends rows of the first dimension to each rank: `splits[j]` rows (consecutive, in rank
 /// order) go to rank j; empty splits = an equal split (the first dimension must then divide
 /// evenly). The output concatenates what every rank sent here, in rank order;
@@ -116,16 +118,16 @@ Handle alltoall_async(const TensorView& tensor, const std::vector<int64_t>& spli
 /// Reduces (Sum or Average, with pre/postscale) across ranks and gives each rank its slice of
 /// the first dimension: with R rows over N ranks, ranks 0 .. R%N-1 get R/N+1 rows and the rest
 /// R/N rows, in order; with fewer rows than ranks the last ranks get empty slices (first
-/// dimension 0). The output (Handle::output()) is allocated by hvd.
+/// dimension 0). The output (Handle::output()) is allocated by hvd, or by `allocator`.
 Handle reducescatter_async(const TensorView& tensor, const std::string& name = "",
                            ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
-                           double postscale_factor = 1.0, const ProcessSet& process_set = {});
-std::vector<Handle> grouped_reducescatter_async(const std::vector<TensorView>& tensors,
-                                                const std::string& name = "",
-                                                ReduceOp op = ReduceOp::kAverage,
-                                                double prescale_factor = 1.0,
-                                                double postscale_factor = 1.0,
-                                                const ProcessSet& process_set = {});
+                           double postscale_factor = 1.0, const ProcessSet& process_set = {},
+                           const Allocator& allocator = nullptr);
+/// `allocators`: empty (hvd owns the outputs) or one per tensor.
+std::vector<Handle> grouped_reducescatter_async(
+    const std::vector<TensorView>& tensors, const std::string& name = "",
+    ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0, double postscale_factor = 1.0,
+    const ProcessSet& process_set = {}, const std::vector<Allocator>& allocators = {});
 
 /// Synchronous forms: submit and wait; throw hvd::Error on failure.
 void allreduce(const TensorView& tensor, const std::string& name = "",

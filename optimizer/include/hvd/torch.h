@@ -17,23 +17,35 @@
 #include "hvd/optim/broadcast.h"
 #include "hvd/optim/collectives.h"
 #include "hvd/optim/distributed_optimizer.h"
+#include "hvd/optim/sized_collectives.h"
 #include "hvd/optim/tensor_adapter.h"
 
 namespace hvd {
 
+using optim::allgather;
+using optim::allgather_async;
 using optim::allreduce;
 using optim::allreduce_;
 using optim::allreduce_async;
 using optim::allreduce_async_;
+using optim::alltoall;
+using optim::alltoall_async;
+using optim::AlltoallResult;
 using optim::broadcast;
 using optim::broadcast_;
 using optim::broadcast_async;
 using optim::broadcast_async_;
+using optim::grouped_allgather;
+using optim::grouped_allgather_async;
 using optim::grouped_allreduce;
 using optim::grouped_allreduce_;
 using optim::grouped_allreduce_async;
 using optim::grouped_allreduce_async_;
+using optim::grouped_reducescatter;
+using optim::grouped_reducescatter_async;
 using optim::poll;
+using optim::reducescatter;
+using optim::reducescatter_async;
 using optim::synchronize;
 using optim::TorchHandle;
 

@@ -26,15 +26,22 @@ class ResponseCache {
   /// kMismatch: cached with different parameters (bit in *bit; the entry must be invalidated).
   Lookup lookup(const Request& r, uint32_t* bit) const;
 
-  /// Caches a successfully negotiated request (parameters of all ranks). Returns the bit that was
-  /// evicted to make room, if any.
-  std::optional<uint32_t> put(const Request& params);
+  /// Caches a successfully negotiated request (this rank's parameters) with the response it got.
+  /// Returns the bit that was evicted to make room, if any.
+  ///
+  /// For allgather, alltoall and reducescatter the parameters differ between ranks (first
+  /// dimension, splits) and the response carries what every rank agreed (rank_rows): a hit on
+  /// every rank means every rank submits what it submitted when that response was negotiated,
+  /// so the cached response is still the one the coordinator would build.
+  std::optional<uint32_t> put(const Request& params, const Response& response = Response{});
   /// Marks an entry as just used (LRU order).
   void touch(uint32_t bit);
   void erase(uint32_t bit);
   bool contains(uint32_t bit) const;
   /// The parameters cached under `bit`.
   const Request& at(uint32_t bit) const;
+  /// The response cached with the parameters under `bit`.
+  const Response& response_at(uint32_t bit) const;
 
   int64_t capacity() const { return capacity_; }
   size_t size() const { return by_name_.size(); }
@@ -44,14 +51,15 @@ class ResponseCache {
  private:
   struct Entry {
     Request params;
+    Response response;
     std::list<uint32_t>::iterator lru_pos;
     bool used = false;
   };
   int64_t capacity_;
-  std::vector<Entry> entries_;                 // indexed by bit
+  std::vector<Entry> entries_;  // indexed by bit
   std::unordered_map<std::string, uint32_t> by_name_;
-  std::list<uint32_t> lru_;                    // front = most recent
-  std::vector<uint32_t> free_bits_;            // kept sorted descending; back() is lowest
+  std::list<uint32_t> lru_;          // front = most recent
+  std::vector<uint32_t> free_bits_;  // kept sorted descending; back() is lowest
 };
 
 }  // namespace hvd::core

@@ -20,14 +20,16 @@ struct Config {
   /// Tensors at least this big are reduced in place, never copied into the fusion buffer
   /// (HVD_FUSION_DIRECT_BYTES).
   int64_t fusion_direct_bytes = 1LL << 20;
-  /// Extra wait in ms after the first new request of an idle period, to batch more (HVD_CYCLE_TIME).
+  /// Extra wait in ms after the first new request of an idle period, to batch more
+  /// (HVD_CYCLE_TIME).
   double cycle_time_ms = 0.0;
   /// Response cache entries; 0 disables the cache (HVD_CACHE_CAPACITY).
   int64_t cache_capacity = 1024;
   LogLevel log_level = LogLevel::kWarning;
   /// Seconds before a tensor waiting for other ranks is reported (HVD_STALL_CHECK_TIME_SECONDS).
   double stall_warning_s = 60.0;
-  /// Seconds after which a stalled tensor's handle fails (0: never) (HVD_STALL_SHUTDOWN_TIME_SECONDS).
+  /// Seconds after which a stalled tensor's handle fails (0: never)
+  /// (HVD_STALL_SHUTDOWN_TIME_SECONDS).
   double stall_shutdown_s = 0.0;
   /// Disable the peer-liveness monitor (HVD_PEER_MONITOR=0).
   bool peer_monitor = true;

@@ -44,10 +44,10 @@
 namespace hvd::core {
 
 struct RoundResult {
-  std::vector<Response> responses;      ///< in execution order, not yet fused
-  bool shutdown = false;                ///< some rank asked to shut down: stop after executing
+  std::vector<Response> responses;  ///< in execution order, not yet fused
+  bool shutdown = false;            ///< some rank asked to shut down: stop after executing
   std::vector<int32_t> shutdown_ranks;
-  bool full_round = false;              ///< the coordinator was involved (not cache-only)
+  bool full_round = false;  ///< the coordinator was involved (not cache-only)
 };
 
 /// Negotiation state of one rank in one process set. Not thread-safe: the background thread
@@ -60,7 +60,7 @@ class Controller {
   int size() const { return transport_->size(); }
 
   /// Adds a request of this rank (validated locally already).
-  void submit(const Request& r);
+  void submit(Request r);
   /// True while this rank has requests not yet answered (a joined rank always has: its join).
   bool has_pending() const { return !uncached_.empty() || !pending_bits_.empty() || waiting_ > 0; }
   /// True between submitting a join and its response.
@@ -85,12 +85,12 @@ class Controller {
   Transport* transport_;
   ResponseCache cache_;
   bool cache_enabled_;
-  std::vector<Request> uncached_;                 // to send at the next full round
-  std::map<uint32_t, Request> pending_bits_;      // cached requests waiting for all ranks
-  std::set<uint32_t> invalid_bits_;               // cache entries my requests contradict
-  int64_t waiting_ = 0;                           // sent to rank 0, no response yet
-  std::unordered_map<std::string, Request> sent_; // name -> my request sent to rank 0
-  bool joined_ = false;                           // join() submitted, not yet answered
+  std::vector<Request> uncached_;                  // to send at the next full round
+  std::map<uint32_t, Request> pending_bits_;       // cached requests waiting for all ranks
+  std::set<uint32_t> invalid_bits_;                // cache entries my requests contradict
+  int64_t waiting_ = 0;                            // sent to rank 0, no response yet
+  std::unordered_map<std::string, Request> sent_;  // name -> my request sent to rank 0
+  bool joined_ = false;                            // join() submitted, not yet answered
 
   // Coordinator (rank 0) state.
   struct Pending {

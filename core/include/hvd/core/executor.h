@@ -9,6 +9,7 @@
 
 #include "hvd/core/handle.h"
 #include "hvd/core/message.h"
+#include "hvd/core/output_pool.h"
 
 namespace hvd::core {
 
@@ -20,10 +21,14 @@ struct TensorEntry {
   std::shared_ptr<HandleState> handle;
   /// Allocates the output of allgather/alltoall once its shape is known; null = hvd allocates.
   std::function<void*(const std::vector<int64_t>& shape)> allocator;
+  /// Where hvd takes the output from when there is no allocator (null: a fresh allocation).
+  /// The runtime sets it on enqueue.
+  std::shared_ptr<OutputPool> pool;
 };
 
 /// Gives `e` an output of `shape` (allgather, alltoall, reducescatter: sizes negotiation
-/// decided): through `e->allocator` when set, else in `e->handle->owned_output`. Sets
+/// decided): through `e->allocator` when set, else in `e->handle->owned_output` (from
+/// `e->pool` when set). Sets
 /// `e->output`, `e->handle->output` and `e->handle->output_shape`. Errors when the allocator
 /// returns null for a non-empty shape.
 Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape);

@@ -24,7 +24,9 @@ struct HandleState {
   /// Outputs whose size negotiation decides (allgather, alltoall): shape and the buffer hvd
   /// allocated when the caller gave no allocator.
   std::vector<int64_t> output_shape;
-  std::unique_ptr<uint8_t[]> owned_output;  ///< not zero-filled: the collective writes it all
+  /// Not zero-filled (the collective writes it all); may come from the runtime's OutputPool,
+  /// to which it returns when the last copy of the handle is gone.
+  std::shared_ptr<uint8_t> owned_output;
   TensorView output;
   std::vector<int64_t> received_splits;  ///< alltoall
   /// join: the last rank to join; add_process_set: the new set's id.

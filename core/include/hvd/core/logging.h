@@ -31,7 +31,7 @@ class LogLine {
 
 }  // namespace hvd::core
 
-#define HVD_LOG(level)                                                      \
-  if (::hvd::core::LogLevel::k##level < ::hvd::core::log_level()) {        \
-  } else                                                                    \
+#define HVD_LOG(level)                                              \
+  if (::hvd::core::LogLevel::k##level < ::hvd::core::log_level()) { \
+  } else                                                            \
     ::hvd::core::LogLine(::hvd::core::LogLevel::k##level)

@@ -27,21 +27,21 @@ const char* op_name(OpType op);
 
 /// One rank's wish to run a collective on a named tensor.
 struct Request {
-  int32_t rank = 0;                 ///< rank within the process set
+  int32_t rank = 0;  ///< rank within the process set
   OpType op = OpType::kAllreduce;
   std::string name;
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;
   ReduceOp reduce_op = ReduceOp::kSum;
-  int32_t root = 0;                 ///< broadcast root
+  int32_t root = 0;  ///< broadcast root
   double prescale = 1.0;
   double postscale = 1.0;
   Device device;
   int32_t process_set = 0;
-  std::string group;                ///< non-empty for grouped ops: shared key of the group
-  int32_t group_size = 0;           ///< number of members of `group`
-  std::vector<int64_t> splits;      ///< alltoall: rows sent to each rank (empty: equal split);
-                                    ///< add_process_set: the global ranks of the new set
+  std::string group;            ///< non-empty for grouped ops: shared key of the group
+  int32_t group_size = 0;       ///< number of members of `group`
+  std::vector<int64_t> splits;  ///< alltoall: rows sent to each rank (empty: equal split);
+                                ///< add_process_set: the global ranks of the new set
 
   /// True when two requests describe the same collective (everything but `rank`).
   bool same_params(const Request& o) const;
@@ -69,7 +69,7 @@ struct Response {
   /// Ranks that joined (hvd::join) without submitting this collective: they take part with
   /// zeros (allreduce), no rows (allgather) or a scratch buffer (broadcast). Ascending.
   std::vector<int64_t> joined;
-  std::string error;                ///< non-empty: this is an error response
+  std::string error;  ///< non-empty: this is an error response
   bool is_error() const { return !error.empty(); }
 };
 
@@ -81,7 +81,7 @@ struct RequestList {
 
 /// The coordinator's answer for one round.
 struct ResponseList {
-  std::vector<Response> responses;  ///< each carries its own joined ranks
+  std::vector<Response> responses;      ///< each carries its own joined ranks
   std::vector<int32_t> shutdown_ranks;  ///< ranks that asked to shut down (empty: none)
 };
 

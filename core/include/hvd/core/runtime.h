@@ -6,8 +6,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +19,7 @@
 #include "hvd/core/controller.h"
 #include "hvd/core/executor.h"
 #include "hvd/core/handle.h"
+#include "hvd/core/output_pool.h"
 #include "hvd/core/transport.h"
 
 namespace hvd::core {
@@ -32,9 +33,9 @@ using ProcessSetFactory =
 
 /// What a backend contributes to a runtime.
 struct RuntimeParts {
-  std::unique_ptr<Transport> transport;     ///< negotiation over this runtime's process set
-  std::unique_ptr<Executor> host_executor;  ///< host-memory collectives
-  std::unique_ptr<Executor> device_executor;///< device collectives; null when not built
+  std::unique_ptr<Transport> transport;       ///< negotiation over this runtime's process set
+  std::unique_ptr<Executor> host_executor;    ///< host-memory collectives
+  std::unique_ptr<Executor> device_executor;  ///< device collectives; null when not built
   std::string no_device_reason = "this build of hvd has no GPU support (HVD_WITH_NCCL=OFF)";
   /// Global set only: builds the parts of added process sets; null = add_process_set fails.
   ProcessSetFactory make_process_set{};
@@ -95,6 +96,8 @@ class Runtime {
     std::atomic<uint64_t> rounds{0}, full_rounds{0}, responses{0}, fused_batches{0};
   };
   const Stats& stats() const { return stats_; }
+  /// The pool of hvd-allocated outputs of this process set.
+  const OutputPool& output_pool() const { return *pool_; }
   /// Set when the runtime stopped for good (shutdown agreed or aborted): the reason.
   Status stopped_status() const;
   bool stopped() const;
@@ -115,11 +118,12 @@ class Runtime {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> queue_;                          // keys of newly enqueued entries
-  std::unordered_map<std::string, TensorEntry> table_;     // key -> entry
+  std::deque<std::string> queue_;                       // keys of newly enqueued entries
+  std::unordered_map<std::string, TensorEntry> table_;  // key -> entry
   bool shutdown_requested_ = false;
   bool sleeping_ = false;
-  int fruitless_rounds_ = 0;  // consecutive rounds that matched nothing (background thread only)  // the loop is blocked waiting for the first request of a burst
+  int fruitless_rounds_ = 0;  // consecutive rounds that matched nothing (background thread only) //
+                              // the loop is blocked waiting for the first request of a burst
   static constexpr std::chrono::microseconds kSettleStep{30};
   static constexpr std::chrono::microseconds kSettleCap{1000};
   bool stopped_ = false;
@@ -129,13 +133,15 @@ class Runtime {
   std::condition_variable exit_cv_;
   std::chrono::steady_clock::time_point last_stall_check_{};
   Stats stats_;
+  // Outputs hvd allocates come from here, so repeated calls reuse mapped memory.
+  std::shared_ptr<OutputPool> pool_ = OutputPool::create();
 
   // Process sets (global runtime only). sets_mu_ is never held while calling into a child.
   mutable std::mutex sets_mu_;
-  std::map<int32_t, std::shared_ptr<Runtime>> children_;   // sets this rank is a member of
-  std::map<int32_t, std::vector<int32_t>> set_ranks_;      // every set: its global ranks
+  std::map<int32_t, std::shared_ptr<Runtime>> children_;  // sets this rank is a member of
+  std::map<int32_t, std::vector<int32_t>> set_ranks_;     // every set: its global ranks
   int32_t next_set_id_ = 1;
-  uint64_t set_ops_ = 0;                                   // names of add/remove requests
+  uint64_t set_ops_ = 0;  // names of add/remove requests
 };
 
 }  // namespace hvd::core

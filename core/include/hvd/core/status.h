@@ -12,12 +12,12 @@ namespace hvd {
 /// Broad class of a failure; the message carries the detail.
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,     ///< the caller passed something unusable (null data, bad root, ...)
-  kPrecondition,        ///< called in the wrong state (before init(), after shutdown())
-  kMismatch,            ///< ranks disagree about a collective (shape, dtype, op, ...)
-  kAborted,             ///< shut down or cancelled before the work ran
-  kPeerFailure,         ///< another rank died or its transport failed
-  kInternal,            ///< a backend (MPI, NCCL, CUDA) call failed
+  kInvalidArgument,  ///< the caller passed something unusable (null data, bad root, ...)
+  kPrecondition,     ///< called in the wrong state (before init(), after shutdown())
+  kMismatch,         ///< ranks disagree about a collective (shape, dtype, op, ...)
+  kAborted,          ///< shut down or cancelled before the work ran
+  kPeerFailure,      ///< another rank died or its transport failed
+  kInternal,         ///< a backend (MPI, NCCL, CUDA) call failed
 };
 
 const char* status_code_name(StatusCode code);
@@ -40,7 +40,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status precondition(std::string m) { return {StatusCode::kPrecondition, std::move(m)}; }
 inline Status mismatch(std::string m) { return {StatusCode::kMismatch, std::move(m)}; }
 inline Status aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
@@ -51,8 +53,8 @@ inline Status internal_error(std::string m) { return {StatusCode::kInternal, std
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}          // NOLINT(google-explicit-constructor)
-  Result(Status status) : v_(std::move(status)) {}   // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
   bool ok() const { return std::holds_alternative<T>(v_); }
   const T& value() const& { return std::get<T>(v_); }
   T& value() & { return std::get<T>(v_); }
@@ -80,8 +82,8 @@ inline void throw_if_error(const Status& s) {
 
 }  // namespace hvd
 
-#define HVD_RETURN_IF_ERROR(expr)          \
-  do {                                     \
-    ::hvd::Status hvd_status_ = (expr);    \
+#define HVD_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::hvd::Status hvd_status_ = (expr);        \
     if (!hvd_status_.ok()) return hvd_status_; \
   } while (0)

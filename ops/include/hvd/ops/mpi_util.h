@@ -28,10 +28,10 @@ Status wait_request(MPI_Request* req, const std::function<Status()>& should_abor
 
 }  // namespace hvd::ops
 
-#define HVD_MPI_CHECK(call)                                                       \
-  do {                                                                            \
-    int hvd_mpi_rc_ = (call);                                                     \
-    if (hvd_mpi_rc_ != MPI_SUCCESS) {                                             \
-      return ::hvd::ops::mpi_error(hvd_mpi_rc_, #call, __FILE__, __LINE__);       \
-    }                                                                             \
+#define HVD_MPI_CHECK(call)                                                 \
+  do {                                                                      \
+    int hvd_mpi_rc_ = (call);                                               \
+    if (hvd_mpi_rc_ != MPI_SUCCESS) {                                       \
+      return ::hvd::ops::mpi_error(hvd_mpi_rc_, #call, __FILE__, __LINE__); \
+    }                                                                       \
   } while (0)

@@ -10,7 +10,7 @@
 // dtype, shape and device come from the tensor. Non-contiguous inputs are copied to contiguous
 // buffers (and, in place, copied back when the handle is waited on). Errors: problems visible
 // locally throw hvd::Error at once; disagreements between ranks throw from wait()/synchronize().
-// allgather, alltoall and reducescatter will join these once the core runtime supports them.
+// allgather, alltoall and reducescatter on torch tensors are in hvd/optim/sized_collectives.h.
 #pragma once
 
 #include <torch/types.h>
@@ -41,6 +41,8 @@ class TorchHandle {
   torch::Tensor wait() const;
   /// As wait(), returning every output (grouped collectives).
   std::vector<torch::Tensor> wait_all() const;
+  /// alltoall: waits, then returns how many rows came from each rank (empty for the others).
+  std::vector<int64_t> received_splits() const;
   /// The underlying core handle.
   const Handle& handle() const;
 
@@ -66,12 +68,10 @@ void allreduce_(const torch::Tensor& tensor, const std::string& name = "",
 /// All tensors negotiated and reduced together; one handle for the group. Tensors may differ
 /// in dtype and shape.
 TorchHandle grouped_allreduce_async(const std::vector<torch::Tensor>& tensors,
-                                    const std::string& name = "",
-                                    ReduceOp op = ReduceOp::kAverage,
+                                    const std::string& name = "", ReduceOp op = ReduceOp::kAverage,
                                     double prescale_factor = 1.0, double postscale_factor = 1.0);
 TorchHandle grouped_allreduce_async_(const std::vector<torch::Tensor>& tensors,
-                                     const std::string& name = "",
-                                     ReduceOp op = ReduceOp::kAverage,
+                                     const std::string& name = "", ReduceOp op = ReduceOp::kAverage,
                                      double prescale_factor = 1.0, double postscale_factor = 1.0);
 std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
                                              const std::string& name = "",

@@ -54,8 +54,14 @@ struct DistributedOptimizerOptions {
   /// Shown in error messages; default "DistributedOptimizer#<n>" in construction order.
   std::string label_;
 
-  DistributedOptimizerOptions& op(ReduceOp v) { op_ = v; return *this; }
-  DistributedOptimizerOptions& compression(Compression v) { compression_ = v; return *this; }
+  DistributedOptimizerOptions& op(ReduceOp v) {
+    op_ = v;
+    return *this;
+  }
+  DistributedOptimizerOptions& compression(Compression v) {
+    compression_ = v;
+    return *this;
+  }
   DistributedOptimizerOptions& backward_passes_per_step(int v) {
     backward_passes_per_step_ = v;
     return *this;
@@ -64,12 +70,18 @@ struct DistributedOptimizerOptions {
     gradient_predivide_factor_ = v;
     return *this;
   }
-  DistributedOptimizerOptions& num_groups(int v) { num_groups_ = v; return *this; }
+  DistributedOptimizerOptions& num_groups(int v) {
+    num_groups_ = v;
+    return *this;
+  }
   DistributedOptimizerOptions& groups(std::vector<std::vector<std::string>> v) {
     groups_ = std::move(v);
     return *this;
   }
-  DistributedOptimizerOptions& label(std::string v) { label_ = std::move(v); return *this; }
+  DistributedOptimizerOptions& label(std::string v) {
+    label_ = std::move(v);
+    return *this;
+  }
 };
 
 using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;

@@ -45,7 +45,6 @@ class ControlServer {
   class Session;
   void accept();
 
-  boost::asio::io_context& io_;
   std::string token_;
   boost::asio::ip::tcp::acceptor acceptor_;
   unsigned short port_ = 0;

@@ -54,7 +54,6 @@ class Subprocess {
   void poll_exit();
   void maybe_finish();
 
-  boost::asio::io_context& io_;
   std::vector<std::string> argv_;
   bool new_group_;
   pid_t pid_ = -1;

@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: Apache-2.0
+// hvd_train_bench: training throughput (samples/s) with hvd::DistributedOptimizer vs the same
+// training with no communication (the plain optimizer), for three models on synthetic
+// 1x28x28 inputs: the mnist_mlp-sized MLP, a small CNN (~0.62M parameters) and a ~10M-parameter
+// MLP. Per-rank batch is fixed (weak scaling); every rank reuses one synthetic batch, so data
+// loading is not measured. Windows of hvd and no-comm steps alternate (so load changes hit both
+// alike); each rank takes the median of its windows and the table sums the ranks.
+//
+//   mpirun -np 1 build/bench/hvd_train_bench --baseline-file /tmp/b.txt --write-baseline
+//   mpirun -np 2 --bind-to none build/bench/hvd_train_bench --baseline-file /tmp/b.txt
+//
+// Scaling efficiency (np > 1 with a baseline file) = hvd samples/s at this np / (np x the np=1
+// no-communication samples/s with the same threads per rank and batch). At np > 1 the run also
+// times rank 0 training alone (the others blocked in a sleeping barrier) between the windows,
+// an np=1 figure taken under the same machine load, and prints the efficiency against it too.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hvd/torch.h"
+
+namespace {
+
+namespace nn = torch::nn;
+
+struct Spec {
+  std::string name;
+  std::function<nn::Sequential()> make;
+};
+
+std::vector<Spec> specs() {
+  return {
+      {"mnist_mlp",
+       [] {
+         return nn::Sequential(nn::Flatten(), nn::Linear(784, 128), nn::ReLU(), nn::Linear(128, 64),
+                               nn::ReLU(), nn::Linear(64, 10));
+       }},
+      {"cnn",
+       [] {
+         auto conv = [](int64_t i, int64_t o) {
+           return nn::Conv2d(nn::Conv2dOptions(i, o, 5).padding(2));
+         };
+         return nn::Sequential(conv(1, 16), nn::ReLU(), nn::MaxPool2d(2), conv(16, 32), nn::ReLU(),
+                               nn::MaxPool2d(2), nn::Flatten(), nn::Linear(32 * 7 * 7, 384),
+                               nn::ReLU(), nn::Linear(384, 10));
+       }},
+      {"mlp_10m",
+       [] {
+         return nn::Sequential(nn::Flatten(), nn::Linear(784, 2048), nn::ReLU(),
+                               nn::Linear(2048, 2048), nn::ReLU(), nn::Linear(2048, 2048),
+                               nn::ReLU(), nn::Linear(2048, 10));
+       }},
+  };
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double sum_over_ranks(double v, const std::string& name) {
+  return hvd::allreduce(torch::tensor(v, torch::kDouble), name, hvd::ReduceOp::kSum).item<double>();
+}
+
+/// Per-step times of one window: forward+backward, and step (for hvd: the wait for the
+/// allreduces still in flight after backward, then the SGD update).
+struct Window {
+  double total = 0, compute = 0, step = 0;
+};
+
+Window run_steps(nn::Sequential& model, const std::function<void()>& zero_grad,
+                 const std::function<void()>& step, const torch::Tensor& x, const torch::Tensor& y,
+                 int64_t steps) {
+  Window w;
+  const double t0 = now_s();
+  for (int64_t i = 0; i < steps; ++i) {
+    const double a = now_s();
+    zero_grad();
+    torch::cross_entropy_loss(model->forward(x), y).backward();
+    const double b = now_s();
+    step();
+    w.compute += b - a;
+    w.step += now_s() - b;
+  }
+  w.total = now_s() - t0;
+  w.compute /= static_cast<double>(steps);
+  w.step /= static_cast<double>(steps);
+  return w;
+}
+
+struct Result {
+  std::string model;
+  int64_t params = 0;
+  double hvd = 0, plain = 0;                  // samples/s, summed over ranks
+  double solo = 0;                            // np > 1: rank 0 alone (no comm), samples/s
+  double compute_hvd = 0, compute_plain = 0;  // ms per step (median, rank 0)
+  double step_hvd = 0, step_plain = 0;
+};
+
+struct Args {
+  int threads = 1;
+  int64_t batch = 64;
+  int windows = 5;
+  double window_s = 1.0;
+  int warmup = 5;
+  std::string baseline_file, only;
+  bool write_baseline = false;
+};
+
+Result bench_model(const Spec& spec, const Args& a) {
+  torch::manual_seed(1);
+  nn::Sequential m_hvd = spec.make();
+  nn::Sequential m_plain = spec.make();
+  {
+    torch::NoGradGuard ng;
+    auto src = m_hvd->parameters(), dst = m_plain->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  int64_t params = 0;
+  for (const auto& p : m_hvd->parameters()) params += p.numel();
+  torch::optim::SGD sgd_hvd(m_hvd->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  torch::optim::SGD sgd_plain(m_plain->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  hvd::DistributedOptimizer opt(sgd_hvd, hvd::prefixed(spec.name + ".", m_hvd->named_parameters()));
+
+  torch::manual_seed(100 + hvd::rank());
+  torch::Tensor x = torch::randn({a.batch, 1, 28, 28});
+  torch::Tensor y = torch::randint(0, 10, {a.batch}, torch::kLong);
+  auto hvd_zero = [&] { opt.zero_grad(); };
+  auto hvd_step = [&] { opt.step(); };
+  auto plain_zero = [&] { sgd_plain.zero_grad(); };
+  auto plain_step = [&] { sgd_plain.step(); };
+
+  // Warm up both, and size a window from the slower (hvd) step time, decided on rank 0.
+  run_steps(m_plain, plain_zero, plain_step, x, y, a.warmup);
+  Window cal = run_steps(m_hvd, hvd_zero, hvd_step, x, y, a.warmup);
+  int64_t steps =
+      std::max<int64_t>(3, static_cast<int64_t>(a.window_s / std::max(1e-6, cal.total / a.warmup)));
+  steps = hvd::broadcast_object<int64_t>(steps, 0, spec.name + ".steps");
+
+  std::vector<double> r_hvd, r_plain, r_solo, c_hvd, c_plain, s_hvd, s_plain;
+  for (int w = 0; w < a.windows; ++w) {
+    hvd::barrier();
+    Window h = run_steps(m_hvd, hvd_zero, hvd_step, x, y, steps);
+    hvd::barrier();  // ranks run the no-comm window concurrently too, as in real training
+    Window p = run_steps(m_plain, plain_zero, plain_step, x, y, steps);
+    const double samples = static_cast<double>(a.batch * steps);
+    r_hvd.push_back(samples / h.total);
+    r_plain.push_back(samples / p.total);
+    c_hvd.push_back(h.compute * 1e3);
+    c_plain.push_back(p.compute * 1e3);
+    s_hvd.push_back(h.step * 1e3);
+    s_plain.push_back(p.step * 1e3);
+    if (hvd::size() > 1) {
+      // In-run np=1 figure: rank 0 trains alone while the others wait in hvd::barrier(), whose
+      // background thread sleeps (backoff to 1 ms) rather than spins.
+      hvd::barrier();
+      if (hvd::rank() == 0) {
+        r_solo.push_back(samples / run_steps(m_plain, plain_zero, plain_step, x, y, steps).total);
+      }
+      hvd::barrier();
+    }
+  }
+  Result r;
+  r.model = spec.name;
+  r.params = params;
+  r.hvd = sum_over_ranks(median(r_hvd), spec.name + ".sum.hvd");
+  r.plain = sum_over_ranks(median(r_plain), spec.name + ".sum.plain");
+  r.solo = median(r_solo);
+  r.compute_hvd = median(c_hvd);
+  r.compute_plain = median(c_plain);
+  r.step_hvd = median(s_hvd);
+  r.step_plain = median(s_plain);
+  return r;
+}
+
+std::string key(const std::string& model, const Args& a) {
+  return model + " " + std::to_string(a.threads) + " " + std::to_string(a.batch);
+}
+
+/// Baseline file lines: "<model> <threads> <batch> <no-comm samples/s> <hvd samples/s>".
+std::map<std::string, double> read_baseline(const std::string& path) {
+  std::map<std::string, double> out;
+  std::ifstream in(path);
+  std::string model;
+  int threads = 0;
+  int64_t batch = 0;
+  double plain = 0, with_hvd = 0;
+  while (in >> model >> threads >> batch >> plain >> with_hvd) {
+    out[model + " " + std::to_string(threads) + " " + std::to_string(batch)] = plain;
+  }
+  return out;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: hvd_train_bench [--threads N] [--batch B] [--windows W] [--window-s S]\n"
+               "         [--warmup K] [--model mnist_mlp|cnn|mlp_10m] [--baseline-file F]\n"
+               "         [--write-baseline]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    const bool more = i + 1 < argc;
+    if (s == "--threads" && more)
+      a.threads = std::atoi(argv[++i]);
+    else if (s == "--batch" && more)
+      a.batch = std::atoll(argv[++i]);
+    else if (s == "--windows" && more)
+      a.windows = std::atoi(argv[++i]);
+    else if (s == "--window-s" && more)
+      a.window_s = std::atof(argv[++i]);
+    else if (s == "--warmup" && more)
+      a.warmup = std::atoi(argv[++i]);
+    else if (s == "--model" && more)
+      a.only = argv[++i];
+    else if (s == "--baseline-file" && more)
+      a.baseline_file = argv[++i];
+    else if (s == "--write-baseline")
+      a.write_baseline = true;
+    else
+      return usage();
+  }
+  if (a.threads < 1 || a.batch < 1 || a.windows < 1 || a.warmup < 1) return usage();
+  torch::set_num_threads(a.threads);
+  hvd::init();
+  const int np = hvd::size();
+  const bool root = hvd::rank() == 0;
+
+  std::vector<Result> results;
+  for (const Spec& spec : specs()) {
+    if (!a.only.empty() && spec.name != a.only) continue;
+    results.push_back(bench_model(spec, a));
+  }
+
+  if (root) {
+    std::map<std::string, double> base;
+    if (!a.baseline_file.empty() && !a.write_baseline) base = read_baseline(a.baseline_file);
+    std::printf(
+        "\n| model | params | np | threads/rank | batch/rank | samples/s hvd | "
+        "samples/s no-comm | hvd / no-comm | scaling eff. vs np=1 run | np=1 in-run | "
+        "scaling eff. vs in-run |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const Result& r : results) {
+      std::string eff = "-";
+      auto it = base.find(key(r.model, a));
+      if (np > 1 && it != base.end() && it->second > 0) {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.2f", r.hvd / (np * it->second));
+        eff = buf;
+      }
+      std::string solo = "-", eff_solo = "-";
+      if (np > 1 && r.solo > 0) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%.0f", r.solo);
+        solo = buf;
+        std::snprintf(buf, sizeof(buf), "%.2f", r.hvd / (np * r.solo));
+        eff_solo = buf;
+      }
+      std::printf("| %s | %.2fM | %d | %d | %lld | %.0f | %.0f | %.2f | %s | %s | %s |\n",
+                  r.model.c_str(), static_cast<double>(r.params) / 1e6, np, a.threads,
+                  static_cast<long long>(a.batch), r.hvd, r.plain, r.hvd / r.plain, eff.c_str(),
+                  solo.c_str(), eff_solo.c_str());
+    }
+    std::printf(
+        "\nper step on rank 0 (ms, medians): forward+backward and step (hvd step = wait "
+        "for in-flight allreduces + SGD)\n"
+        "| model | np | fwd+bwd hvd | fwd+bwd no-comm | step hvd | step no-comm |\n"
+        "|---|---:|---:|---:|---:|---:|\n");
+    for (const Result& r : results) {
+      std::printf("| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", r.model.c_str(), np, r.compute_hvd,
+                  r.compute_plain, r.step_hvd, r.step_plain);
+    }
+    std::fflush(stdout);
+    if (a.write_baseline && !a.baseline_file.empty()) {
+      std::ofstream out(a.baseline_file);
+      for (const Result& r : results) {
+        out << r.model << " " << a.threads << " " << a.batch << " " << r.plain << " " << r.hvd
+            << "\n";
+      }
+    }
+  }
+  hvd::shutdown();
+  return 0;
+}
