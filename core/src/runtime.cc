@@ -16,7 +16,15 @@ Runtime::Runtime(Config config, RuntimeParts parts)
       parts_(std::move(parts)),
       controller_(parts_.transport.get(), config_.cache_capacity),
       rank_(parts_.transport->rank()),
-      size_(parts_.transport->size()) {}
+      size_(parts_.transport->size()) {
+  if (!config_.timeline.empty() && rank_ == 0 && parts_.process_set == 0) {
+    timeline_ = std::make_unique<Timeline>(config_.timeline);
+    if (!timeline_->ok()) {
+      HVD_LOG(Warning) << "cannot write the timeline to '" << config_.timeline << "'";
+      timeline_.reset();
+    }
+  }
+}
 
 Runtime::~Runtime() { shutdown(); }
 
@@ -234,6 +242,7 @@ void Runtime::execute(const Response& r) {
   }
   const bool complete = std::find(entries.begin(), entries.end(), nullptr) == entries.end();
   if (r.is_error() && mine.empty()) return;  // e.g. a joined rank: nothing of ours failed
+  const auto started = Timeline::Clock::now();
   Status s;
   if (r.is_error()) {
     s = mismatch(r.error);
@@ -253,6 +262,13 @@ void Runtime::execute(const Response& r) {
     s = ex ? ex->execute(r, entries)
            : invalid_argument(std::string(op_name(r.op)) + " '" + r.names.front() +
                               "': " + parts_.no_device_reason);
+  }
+  if (timeline_) {
+    int64_t bytes = 0;
+    for (auto* e : entries) {
+      if (e) bytes += static_cast<int64_t>(e->input.bytes());
+    }
+    timeline_->record(r, bytes, started, Timeline::Clock::now(), s.ok());
   }
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& [e, k] : mine) {

@@ -37,7 +37,6 @@ TEST_CASE("an empty environment gives the documented defaults", "[unit]") {
   REQUIRE(c.value().cache_capacity == 1024);
   REQUIRE(c.value().log_level == LogLevel::kWarning);
   REQUIRE(c.value().stall_warning_s == 60.0);
-  REQUIRE(c.value().stall_shutdown_s == 0.0);
   REQUIRE(c.value().peer_monitor);
   REQUIRE(c.value().timeline.empty());
   REQUIRE(c.value().hostname.empty());
@@ -51,7 +50,6 @@ TEST_CASE("every HVD_ variable is parsed into its field", "[unit]") {
                   {"HVD_CACHE_CAPACITY", "0"},
                   {"HVD_LOG_LEVEL", "DEBUG"},
                   {"HVD_STALL_CHECK_TIME_SECONDS", "7"},
-                  {"HVD_STALL_SHUTDOWN_TIME_SECONDS", "30.5"},
                   {"HVD_PEER_MONITOR", "0"},
                   {"HVD_TIMELINE", "/tmp/t.json"},
                   {"HVD_HOSTNAME", "node7"}});
@@ -62,7 +60,6 @@ TEST_CASE("every HVD_ variable is parsed into its field", "[unit]") {
   REQUIRE(c.value().cache_capacity == 0);
   REQUIRE(c.value().log_level == LogLevel::kDebug);
   REQUIRE(c.value().stall_warning_s == 7.0);
-  REQUIRE(c.value().stall_shutdown_s == 30.5);
   REQUIRE_FALSE(c.value().peer_monitor);
   REQUIRE(c.value().timeline == "/tmp/t.json");
   REQUIRE(c.value().hostname == "node7");
@@ -74,7 +71,6 @@ TEST_CASE("HOROVOD_ spellings are accepted", "[unit]") {
                   {"HOROVOD_CACHE_CAPACITY", "16"},
                   {"HOROVOD_LOG_LEVEL", "error"},
                   {"HOROVOD_STALL_CHECK_TIME_SECONDS", "5"},
-                  {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "9"},
                   {"HOROVOD_TIMELINE", "tl.json"},
                   {"HOROVOD_HOSTNAME", "h"}});
   REQUIRE(c.ok());
@@ -83,7 +79,6 @@ TEST_CASE("HOROVOD_ spellings are accepted", "[unit]") {
   REQUIRE(c.value().cache_capacity == 16);
   REQUIRE(c.value().log_level == LogLevel::kError);
   REQUIRE(c.value().stall_warning_s == 5.0);
-  REQUIRE(c.value().stall_shutdown_s == 9.0);
   REQUIRE(c.value().timeline == "tl.json");
   REQUIRE(c.value().hostname == "h");
 }
@@ -130,21 +125,13 @@ TEST_CASE("booleans accept 1/0/true/false/yes/no", "[unit]") {
 
 TEST_CASE("bad values are rejected naming the variable and the value", "[unit]") {
   const std::pair<const char*, const char*> bad[] = {
-      {"HVD_FUSION_THRESHOLD", "-1"},
-      {"HVD_FUSION_THRESHOLD", "64MB"},
-      {"HVD_FUSION_THRESHOLD", ""},
-      {"HVD_FUSION_THRESHOLD", "99999999999999999999999"},
-      {"HOROVOD_FUSION_THRESHOLD", "1.5"},
-      {"HVD_FUSION_DIRECT_BYTES", "x"},
-      {"HVD_CYCLE_TIME", "-0.5"},
-      {"HVD_CYCLE_TIME", "nan"},
-      {"HVD_CYCLE_TIME", "inf"},
-      {"HVD_CYCLE_TIME", "5ms"},
-      {"HVD_CACHE_CAPACITY", "-3"},
-      {"HVD_LOG_LEVEL", "loud"},
-      {"HOROVOD_LOG_LEVEL", ""},
-      {"HVD_STALL_CHECK_TIME_SECONDS", "soon"},
-      {"HVD_STALL_SHUTDOWN_TIME_SECONDS", "-1"},
+      {"HVD_FUSION_THRESHOLD", "-1"},      {"HVD_FUSION_THRESHOLD", "64MB"},
+      {"HVD_FUSION_THRESHOLD", ""},        {"HVD_FUSION_THRESHOLD", "99999999999999999999999"},
+      {"HOROVOD_FUSION_THRESHOLD", "1.5"}, {"HVD_FUSION_DIRECT_BYTES", "x"},
+      {"HVD_CYCLE_TIME", "-0.5"},          {"HVD_CYCLE_TIME", "nan"},
+      {"HVD_CYCLE_TIME", "inf"},           {"HVD_CYCLE_TIME", "5ms"},
+      {"HVD_CACHE_CAPACITY", "-3"},        {"HVD_LOG_LEVEL", "loud"},
+      {"HOROVOD_LOG_LEVEL", ""},           {"HVD_STALL_CHECK_TIME_SECONDS", "soon"},
       {"HVD_PEER_MONITOR", "maybe"},
   };
   for (const auto& [name, value] : bad) {

@@ -28,9 +28,6 @@ struct Config {
   LogLevel log_level = LogLevel::kWarning;
   /// Seconds before a tensor waiting for other ranks is reported (HVD_STALL_CHECK_TIME_SECONDS).
   double stall_warning_s = 60.0;
-  /// Seconds after which a stalled tensor's handle fails (0: never)
-  /// (HVD_STALL_SHUTDOWN_TIME_SECONDS).
-  double stall_shutdown_s = 0.0;
   /// Disable the peer-liveness monitor (HVD_PEER_MONITOR=0).
   bool peer_monitor = true;
   /// Path of the Chrome-trace timeline, empty = none (HVD_TIMELINE).

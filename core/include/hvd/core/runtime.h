@@ -20,6 +20,7 @@
 #include "hvd/core/executor.h"
 #include "hvd/core/handle.h"
 #include "hvd/core/output_pool.h"
+#include "hvd/core/timeline.h"
 #include "hvd/core/transport.h"
 
 namespace hvd::core {
@@ -128,6 +129,7 @@ class Runtime {
   static constexpr std::chrono::microseconds kSettleCap{1000};
   bool stopped_ = false;
   Status stop_status_;
+  std::unique_ptr<Timeline> timeline_;  // rank 0 of the global set, when HVD_TIMELINE is set
   std::thread thread_;
   bool loop_exited_ = false;
   std::condition_variable exit_cv_;
