@@ -14,36 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "hvd/hvd.h"
 
 namespace {
+
+using hvd_bench::median_ms;
 
 struct Case {
   int k;
   int64_t s;
   const char* label;
 };
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// Median over iterations of the slowest rank's time.
-double median_ms(int iters, const std::function<void()>& body) {
-  std::vector<double> t;
-  for (int i = 0; i < iters + 3; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now_ms();
-    body();
-    double dt = now_ms() - t0, worst = 0;
-    MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    if (i >= 3) t.push_back(worst);  // first iterations warm up (and fill the response cache)
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 }  // namespace
 

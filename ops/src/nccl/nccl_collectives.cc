@@ -230,27 +230,14 @@ Status NcclExecutor::reducescatter(DeviceState* d, const Response& r,
   ncclDataType_t type;
   if (!nccl_type(r.dtype, &type)) return unsupported_dtype(r);
   const size_t esize = dtype_size(r.dtype);
-  ncclRedOp_t op = ncclSum;
+  ncclRedOp_t op = nccl_base_op(r.reduce_op);
   double post = r.postscale;
-  switch (r.reduce_op) {
-    case ReduceOp::kMin:
-      op = ncclMin;
-      break;
-    case ReduceOp::kMax:
-      op = ncclMax;
-      break;
-    case ReduceOp::kProduct:
-      op = ncclProd;
-      break;
-    case ReduceOp::kAverage:
-      if (dtype_is_floating(r.dtype)) {
-        op = ncclAvg;
-      } else {
-        post /= size_;
-      }
-      break;
-    default:
-      break;
+  if (r.reduce_op == ReduceOp::kAverage) {
+    if (dtype_is_floating(r.dtype)) {
+      op = ncclAvg;
+    } else {
+      post /= size_;
+    }
   }
   const Scale pre = make_scale(r.dtype, r.prescale), out_scale = make_scale(r.dtype, post);
   Inputs in(d, r, es);

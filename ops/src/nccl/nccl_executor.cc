@@ -93,29 +93,14 @@ Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
   const size_t esize = dtype_size(r.dtype);
   const bool hier = opts_.hierarchical_allreduce && d->hier_ok;
   const int contributors = size_ - static_cast<int>(r.joined.size());
-  ncclRedOp_t op = ncclSum;
+  ncclRedOp_t op = nccl_base_op(r.reduce_op);
   double post = r.postscale;
-  switch (r.reduce_op) {
-    case ReduceOp::kSum:
-      op = ncclSum;
-      break;
-    case ReduceOp::kMin:
-      op = ncclMin;
-      break;
-    case ReduceOp::kMax:
-      op = ncclMax;
-      break;
-    case ReduceOp::kProduct:
-      op = ncclProd;
-      break;
-    case ReduceOp::kAverage:
-      if (dtype_is_floating(r.dtype) && r.joined.empty() && !hier) {
-        op = ncclAvg;
-      } else {
-        op = ncclSum;
-        post /= contributors;
-      }
-      break;
+  if (r.reduce_op == ReduceOp::kAverage) {
+    if (dtype_is_floating(r.dtype) && r.joined.empty() && !hier) {
+      op = ncclAvg;
+    } else {
+      post /= contributors;
+    }
   }
   const Scale pre = make_scale(r.dtype, r.prescale), out_scale = make_scale(r.dtype, post);
 

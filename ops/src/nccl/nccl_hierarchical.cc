@@ -16,21 +16,7 @@ Status NcclExecutor::hierarchical_allreduce(DeviceState* d, void* data, int64_t 
                                             const core::Response& r) {
   ncclDataType_t type;
   if (!nccl_type(r.dtype, &type)) return invalid_argument("hierarchical allreduce: bad dtype");
-  ncclRedOp_t op = ncclSum;
-  switch (r.reduce_op) {
-    case ReduceOp::kMin:
-      op = ncclMin;
-      break;
-    case ReduceOp::kMax:
-      op = ncclMax;
-      break;
-    case ReduceOp::kProduct:
-      op = ncclProd;
-      break;
-    default:
-      op = ncclSum;
-      break;
-  }
+  const ncclRedOp_t op = nccl_base_op(r.reduce_op);
   const size_t esize = dtype_size(r.dtype);
   const size_t chunk = static_cast<size_t>(count / d->local_size);  // count is padded
   auto* buf = static_cast<uint8_t*>(data);

@@ -41,4 +41,19 @@ cudaError_t launch_batched_copy(const CopyDesc* descs, int n, int64_t max_count,
 /// NCCL type for `t`; false for types NCCL cannot reduce (int16, bool).
 bool nccl_type(DataType t, ncclDataType_t* out);
 
+/// NCCL reduction for `op` when averaging is done by hvd (Sum for Sum and Average); callers
+/// that can use ncclAvg switch to it themselves.
+inline ncclRedOp_t nccl_base_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
+    default:
+      return ncclSum;
+  }
+}
+
 }  // namespace hvd::ops::nccl
