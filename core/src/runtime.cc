@@ -35,10 +35,6 @@ void Runtime::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
-std::string Runtime::key(int32_t ps, const std::string& name) const {
-  return std::to_string(ps) + "/" + name;
-}
-
 Handle Runtime::enqueue(TensorEntry entry) {
   if (!entry.handle) entry.handle = std::make_shared<HandleState>();
   Handle h(entry.handle);
@@ -72,8 +68,8 @@ Handle Runtime::enqueue(TensorEntry entry) {
     entry.handle->complete(aborted(who() + ": submitted while hvd is shutting down"));
     return h;
   }
-  std::string k = key(r.process_set, r.name);
-  if (table_.count(k)) {
+  // A runtime serves one process set (others were forwarded above): the name is the key.
+  if (table_.count(r.name)) {
     entry.handle->complete(
         invalid_argument(who() + ": a collective named '" + r.name +
                          "' is already in flight on rank " + std::to_string(rank_) +
@@ -81,8 +77,9 @@ Handle Runtime::enqueue(TensorEntry entry) {
                          "first one or pick another name)"));
     return h;
   }
-  table_.emplace(k, std::move(entry));
-  queue_.push_back(k);
+  std::string k = r.name;
+  auto it = table_.emplace(std::move(k), std::move(entry)).first;
+  queue_.push_back(&it->second);    // table nodes do not move; only this loop erases them
   if (sleeping_) cv_.notify_one();  // only an idle loop needs waking; a busy one looks anyway
   return h;
 }
@@ -121,10 +118,8 @@ bool Runtime::wait_for_work(std::vector<Request>* fresh, bool* want_shutdown) {
       }
     }
   }
-  for (const auto& k : queue_) {
-    auto it = table_.find(k);
-    if (it != table_.end()) fresh->push_back(it->second.request);
-  }
+  fresh->reserve(queue_.size());
+  for (const TensorEntry* e : queue_) fresh->push_back(e->request);
   queue_.clear();
   *want_shutdown = shutdown_requested_;
   return true;
@@ -169,6 +164,7 @@ bool Runtime::run_once() {
                                                        "': " + st.message()));
     }
     table_.clear();
+    queue_.clear();
     return false;
   }
   return true;
@@ -216,15 +212,14 @@ std::unique_ptr<TensorEntry> stand_in(const Response& r, size_t i, int rank,
 
 void Runtime::execute(const Response& r) {
   std::vector<TensorEntry*> entries(r.names.size(), nullptr);
-  std::vector<std::pair<TensorEntry*, std::string>> mine;  // this rank's table entries
+  std::vector<TensorEntry*> mine;  // this rank's table entries
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (size_t i = 0; i < r.names.size(); ++i) {
-      std::string k = key(r.process_set, r.names[i]);
-      auto it = table_.find(k);
+      auto it = table_.find(r.names[i]);
       if (it != table_.end()) {
         entries[i] = &it->second;
-        mine.emplace_back(&it->second, k);
+        mine.push_back(&it->second);
       }
     }
   }
@@ -271,9 +266,9 @@ void Runtime::execute(const Response& r) {
     timeline_->record(r, bytes, started, Timeline::Clock::now(), s.ok());
   }
   std::lock_guard<std::mutex> lk(mu_);
-  for (auto& [e, k] : mine) {
+  for (TensorEntry* e : mine) {
     e->handle->complete(s);
-    table_.erase(k);
+    table_.erase(table_.find(e->request.name));
   }
 }
 

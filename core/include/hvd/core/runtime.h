@@ -109,7 +109,6 @@ class Runtime {
   void check_stalls();
   void execute(const Response& r);
   Status execute_process_set_op(const Response& r, TensorEntry* e);
-  std::string key(int32_t ps, const std::string& name) const;
   void shutdown_children();
 
   Config config_;
@@ -119,7 +118,7 @@ class Runtime {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> queue_;                       // keys of newly enqueued entries
+  std::deque<TensorEntry*> queue_;                      // newly enqueued entries (in table_)
   std::unordered_map<std::string, TensorEntry> table_;  // key -> entry
   bool shutdown_requested_ = false;
   bool sleeping_ = false;
