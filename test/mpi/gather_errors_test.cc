@@ -9,14 +9,7 @@ using hvd::DataType;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const hvd::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using hvd_test::error_of;
 
 }  // namespace
 

@@ -4,12 +4,23 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "hvd/hvd.h"
 
 namespace hvd_test {
+
+/// The message of the hvd::Error that `f` throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const hvd::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 inline const std::vector<hvd::DataType>& reducible_dtypes() {
   static const std::vector<hvd::DataType> all = {

@@ -12,14 +12,7 @@ using hvd::ReduceOp;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const hvd::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using hvd_test::error_of;
 
 // Even and odd global ranks (np = 1: the odd set is empty, so {0} twice is not used).
 std::vector<int> evens() {

@@ -173,3 +173,18 @@ TEST_CASE("dump lists the parsed values", "[unit]") {
   REQUIRE_THAT(d, Contains("HVD_TIMELINE=tl.json\n"));
   REQUIRE_THAT(d, Contains("HVD_CACHE_CAPACITY=1024\n"));
 }
+
+TEST_CASE("hierarchical allreduce is off by default and read from either spelling", "[unit]") {
+  std::vector<std::string> unknown;
+  REQUIRE_FALSE(parse({}, &unknown).value().hierarchical_allreduce);
+  REQUIRE(parse({{"HVD_HIERARCHICAL_ALLREDUCE", "1"}}, &unknown).value().hierarchical_allreduce);
+  REQUIRE(
+      parse({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}}, &unknown).value().hierarchical_allreduce);
+  REQUIRE(unknown.empty());
+  auto bad = parse({{"HVD_HIERARCHICAL_ALLREDUCE", "maybe"}}, &unknown);
+  REQUIRE_FALSE(bad.ok());
+  REQUIRE_THAT(bad.status().message(), Catch::Contains("HVD_HIERARCHICAL_ALLREDUCE='maybe'"));
+  Config c;
+  c.hierarchical_allreduce = true;
+  REQUIRE_THAT(c.dump(), Catch::Contains("HVD_HIERARCHICAL_ALLREDUCE=1"));
+}
