@@ -16,16 +16,21 @@ std::string set_str(const std::vector<int32_t>& ranks) {
 
 }  // namespace
 
-Handle Runtime::add_process_set(const std::vector<int32_t>& ranks) {
+TensorEntry Runtime::set_op_entry(OpType op, const char* prefix) {
   TensorEntry e;
-  e.request.op = OpType::kAddProcessSet;
-  e.request.name = "process_set.add." + std::to_string(set_ops_++);
+  e.request.op = op;
+  e.request.name = std::string(prefix) + std::to_string(set_ops_++);
   e.request.dtype = DataType::kUInt8;
   e.request.shape = {0};
   e.request.rank = rank_;
   e.request.process_set = parts_.process_set;
-  e.request.splits.assign(ranks.begin(), ranks.end());
   e.input = e.output = TensorView(nullptr, DataType::kUInt8, {0});
+  return e;
+}
+
+Handle Runtime::add_process_set(const std::vector<int32_t>& ranks) {
+  TensorEntry e = set_op_entry(OpType::kAddProcessSet, "process_set.add.");
+  e.request.splits.assign(ranks.begin(), ranks.end());
   if (parts_.process_set != 0) {
     auto h = std::make_shared<HandleState>();
     h->complete(precondition("add_process_set: call it on the global process set"));
@@ -35,15 +40,8 @@ Handle Runtime::add_process_set(const std::vector<int32_t>& ranks) {
 }
 
 Handle Runtime::remove_process_set(int32_t id) {
-  TensorEntry e;
-  e.request.op = OpType::kRemoveProcessSet;
-  e.request.name = "process_set.remove." + std::to_string(set_ops_++);
-  e.request.dtype = DataType::kUInt8;
-  e.request.shape = {0};
-  e.request.rank = rank_;
+  TensorEntry e = set_op_entry(OpType::kRemoveProcessSet, "process_set.remove.");
   e.request.root = id;
-  e.request.process_set = parts_.process_set;
-  e.input = e.output = TensorView(nullptr, DataType::kUInt8, {0});
   auto fail = [](Status s) {
     auto h = std::make_shared<HandleState>();
     h->complete(std::move(s));

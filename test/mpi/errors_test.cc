@@ -12,19 +12,12 @@ using hvd::ReduceOp;
 
 namespace {
 
+using hvd_test::wait_error;
+
 // "rank 0" / "ranks 1-3" for the ranks other than 0.
 std::string others() {
   int n = hvd::size();
   return n == 2 ? "rank 1" : "ranks 1-" + std::to_string(n - 1);
-}
-
-std::string wait_error(const hvd::Handle& h) {
-  try {
-    h.wait();
-  } catch (const hvd::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 void check_still_serving(const std::string& name) {

@@ -12,14 +12,7 @@ using hvd::ReduceOp;
 
 namespace {
 
-std::string wait_error(const hvd::Handle& h) {
-  try {
-    h.wait();
-  } catch (const hvd::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using hvd_test::wait_error;
 
 }  // namespace
 

@@ -22,6 +22,11 @@ inline std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+/// The message with which `h` failed, or "(no error)".
+inline std::string wait_error(const hvd::Handle& h) {
+  return error_of([&h] { h.wait(); });
+}
+
 inline const std::vector<hvd::DataType>& reducible_dtypes() {
   static const std::vector<hvd::DataType> all = {
       hvd::DataType::kUInt8,    hvd::DataType::kInt8,    hvd::DataType::kInt16,

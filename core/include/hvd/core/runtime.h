@@ -107,6 +107,8 @@ class Runtime {
   void loop();
   bool wait_for_work(std::vector<Request>* fresh, bool* want_shutdown);
   void check_stalls();
+  /// The table entry of an add/remove process-set collective (names numbered per runtime).
+  TensorEntry set_op_entry(OpType op, const char* prefix);
   void execute(const Response& r);
   Status execute_process_set_op(const Response& r, TensorEntry* e);
   void shutdown_children();
