@@ -48,15 +48,34 @@ Response cached_response(const ResponseCache& cache, uint32_t bit) {
 }  // namespace
 
 Controller::Controller(Transport* transport, int64_t cache_capacity)
-    : transport_(transport), cache_(cache_capacity), cache_enabled_(cache_capacity > 0) {}
+    : transport_(transport),
+      cache_(cache_capacity),
+      cache_enabled_(cache_capacity > 0),
+      pending_(static_cast<size_t>(std::max<int64_t>(cache_capacity, 0)), nullptr),
+      pending_words_(cache_.num_words(), 0) {}
 
-void Controller::submit(Request r) {
-  if (r.op == OpType::kJoin) joined_ = true;
-  if (cache_enabled_ && cacheable(r)) {
+void Controller::set_pending(uint32_t bit, const Request* r) {
+  if (!pending_[bit]) ++num_pending_;
+  pending_[bit] = r;
+  pending_words_[bit / 64] |= 1ULL << (bit % 64);
+}
+
+const Request* Controller::take_pending(uint32_t bit) {
+  const Request* r = pending_[bit];
+  if (!r) return nullptr;
+  pending_[bit] = nullptr;
+  pending_words_[bit / 64] &= ~(1ULL << (bit % 64));
+  --num_pending_;
+  return r;
+}
+
+void Controller::submit(const Request* r) {
+  if (r->op == OpType::kJoin) joined_ = true;
+  if (cache_enabled_ && cacheable(*r)) {
     uint32_t bit = 0;
-    switch (cache_.lookup(r, &bit)) {
+    switch (cache_.lookup(*r, &bit)) {
       case ResponseCache::Lookup::kHit:
-        pending_bits_[bit] = std::move(r);
+        set_pending(bit, r);
         return;
       case ResponseCache::Lookup::kMismatch:
         invalid_bits_.insert(bit);
@@ -65,7 +84,7 @@ void Controller::submit(Request r) {
         break;
     }
   }
-  uncached_.push_back(std::move(r));
+  uncached_.push_back(r);
 }
 
 Status Controller::run_round(bool want_shutdown, RoundResult* out) {
@@ -79,7 +98,7 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
   if (!uncached_.empty()) flags |= kFlagUncached;
   if (want_shutdown) flags |= kFlagShutdown;
   words[0] = ~flags;
-  for (const auto& kv : pending_bits_) words[1 + kv.first / 64] |= 1ULL << (kv.first % 64);
+  std::copy(pending_words_.begin(), pending_words_.end(), words.begin() + 1);
   for (size_t i = 0; i < nw; ++i) words[1 + nw + i] = ~0ULL;
   for (uint32_t b : invalid_bits_) words[1 + nw + b / 64] &= ~(1ULL << (b % 64));
   invalid_bits_.clear();
@@ -100,11 +119,7 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
       uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(inv));
       inv &= inv - 1;
       cache_.erase(b);
-      auto it = pending_bits_.find(b);
-      if (it != pending_bits_.end()) {
-        uncached_.push_back(it->second);
-        pending_bits_.erase(it);
-      }
+      if (const Request* r = take_pending(b)) uncached_.push_back(r);
     }
   }
   // Ready everywhere through the cache.
@@ -115,29 +130,28 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
       ready &= ready - 1;
       out->responses.push_back(cached_response(cache_, b));
       cache_.touch(b);
-      pending_bits_.erase(b);
+      take_pending(b);
     }
   }
 
   // While some rank has joined, the coordinator decides what is ready (it knows who submitted
   // what); pending cached requests go through it too, and nothing new is cached.
   if (!joined.empty()) {
-    for (auto& kv : pending_bits_) uncached_.push_back(kv.second);
-    pending_bits_.clear();
+    for (uint32_t b = 0; num_pending_ > 0 && b < pending_.size(); ++b) {
+      if (const Request* r = take_pending(b)) uncached_.push_back(r);
+    }
   }
   out->full_round = (any_flags & (kFlagUncached | kFlagShutdown)) != 0 || !joined.empty();
   if (!out->full_round) return Status::OK();
 
-  RequestList mine;
-  mine.shutdown = want_shutdown;
-  mine.requests = std::move(uncached_);
-  uncached_.clear();
-  for (const auto& r : mine.requests) {
-    sent_[r.name] = r;
+  for (const Request* r : uncached_) {
+    sent_[r->name] = r;
     ++waiting_;
   }
+  std::vector<uint8_t> mine = serialize_requests(uncached_, want_shutdown);
+  uncached_.clear();
   std::vector<std::vector<uint8_t>> all;
-  HVD_RETURN_IF_ERROR(transport_->gather(serialize(mine), &all));
+  HVD_RETURN_IF_ERROR(transport_->gather(mine, &all));
   std::vector<uint8_t> bytes;
   if (rank() == 0) {
     ResponseList rl;
@@ -172,13 +186,9 @@ void Controller::cache_new_responses(const std::vector<Response>& responses, boo
     for (const auto& name : resp.names) {
       auto it = sent_.find(name);
       if (it == sent_.end()) continue;
-      if (cache_enabled_ && !any_joined && !resp.is_error() && cacheable(it->second)) {
-        if (auto evicted = cache_.put(it->second, resp)) {
-          auto p = pending_bits_.find(*evicted);
-          if (p != pending_bits_.end()) {
-            uncached_.push_back(p->second);
-            pending_bits_.erase(p);
-          }
+      if (cache_enabled_ && !any_joined && !resp.is_error() && cacheable(*it->second)) {
+        if (auto evicted = cache_.put(*it->second, resp)) {
+          if (const Request* p = take_pending(*evicted)) uncached_.push_back(p);
         }
       }
       sent_.erase(it);

@@ -2,8 +2,49 @@
 // Handle completion and waiting.
 #include "hvd/core/handle.h"
 
+#include <sched.h>
+
+#include <chrono>
+#include <map>
+
 namespace hvd {
 namespace core {
+namespace {
+
+std::atomic<int> g_waiting{0};
+
+struct Listeners {
+  std::mutex mu;
+  std::map<uint64_t, std::function<void()>> fns;
+  uint64_t next = 1;
+};
+
+Listeners& listeners() {
+  static Listeners* l = new Listeners();  // never destroyed: runtimes may outlive statics
+  return *l;
+}
+
+// A collective usually finishes within tens of microseconds of the first wait; waking a thread
+// blocked in the kernel costs about as much on a virtual machine, so look (yielding the core)
+// for this long before blocking.
+constexpr auto kWaitSpin = std::chrono::microseconds(50);
+
+}  // namespace
+
+int waiting_users() { return g_waiting.load(std::memory_order_relaxed); }
+
+uint64_t add_wait_listener(std::function<void()> f) {
+  Listeners& l = listeners();
+  std::lock_guard<std::mutex> lk(l.mu);
+  l.fns.emplace(l.next, std::move(f));
+  return l.next++;
+}
+
+void remove_wait_listener(uint64_t id) {
+  Listeners& l = listeners();
+  std::lock_guard<std::mutex> lk(l.mu);
+  l.fns.erase(id);
+}
 
 void HandleState::complete(Status s) {
   std::function<void(const Status&)> cb;
@@ -27,8 +68,24 @@ bool Handle::poll() const {
 
 Status Handle::wait_status() const {
   if (!s_) return precondition("wait() on an empty hvd::Handle");
-  std::unique_lock<std::mutex> lk(s_->mu);
-  s_->cv.wait(lk, [&] { return s_->done.load(); });
+  if (!s_->done.load(std::memory_order_acquire)) {
+    core::g_waiting.fetch_add(1, std::memory_order_relaxed);
+    {
+      core::Listeners& l = core::listeners();
+      std::lock_guard<std::mutex> lk(l.mu);
+      for (auto& kv : l.fns) kv.second();
+    }
+    const auto until = std::chrono::steady_clock::now() + core::kWaitSpin;
+    while (!s_->done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+      sched_yield();
+    }
+    {
+      std::unique_lock<std::mutex> lk(s_->mu);
+      s_->cv.wait(lk, [&] { return s_->done.load(); });
+    }
+    core::g_waiting.fetch_sub(1, std::memory_order_relaxed);
+  }
+  std::lock_guard<std::mutex> lk(s_->mu);  // status is written under mu before done is set
   return s_->status;
 }
 

@@ -127,11 +127,20 @@ constexpr uint8_t kMaxReduce = static_cast<uint8_t>(ReduceOp::kProduct);
 }  // namespace
 
 std::vector<uint8_t> serialize(const RequestList& l) {
+  std::vector<const Request*> ptrs;
+  ptrs.reserve(l.requests.size());
+  for (const auto& r : l.requests) ptrs.push_back(&r);
+  return serialize_requests(ptrs, l.shutdown);
+}
+
+std::vector<uint8_t> serialize_requests(const std::vector<const Request*>& requests,
+                                        bool shutdown) {
   Writer w;
   w.pod(kRequestMagic);
-  w.pod<uint8_t>(l.shutdown ? 1 : 0);
-  w.pod<uint32_t>(static_cast<uint32_t>(l.requests.size()));
-  for (const auto& r : l.requests) {
+  w.pod<uint8_t>(shutdown ? 1 : 0);
+  w.pod<uint32_t>(static_cast<uint32_t>(requests.size()));
+  for (const Request* rp : requests) {
+    const Request& r = *rp;
     w.pod<int32_t>(r.rank);
     w.pod<uint8_t>(static_cast<uint8_t>(r.op));
     w.str(r.name);

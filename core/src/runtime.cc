@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <chrono>
 
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
 #include "hvd/core/fusion.h"
 #include "hvd/core/logging.h"
 #include "hvd/core/validation.h"
@@ -26,11 +30,20 @@ Runtime::Runtime(Config config, RuntimeParts parts)
   }
 }
 
-Runtime::~Runtime() { shutdown(); }
+Runtime::~Runtime() {
+  shutdown();
+  if (wait_listener_) remove_wait_listener(wait_listener_);
+}
 
 void Runtime::start() {
   std::lock_guard<std::mutex> lk(mu_);
   if (thread_.joinable() || stopped_) return;
+  if (!wait_listener_) {
+    wait_listener_ = add_wait_listener([this] {
+      std::lock_guard<std::mutex> l(mu_);
+      if (settling_) cv_.notify_one();
+    });
+  }
   loop_exited_ = false;
   thread_ = std::thread([this] { loop(); });
 }
@@ -77,14 +90,36 @@ Handle Runtime::enqueue(TensorEntry entry) {
                          "first one or pick another name)"));
     return h;
   }
-  std::string k = r.name;
-  auto it = table_.emplace(std::move(k), std::move(entry)).first;
+  Table::iterator it;
+  if (!spare_.empty()) {  // reuse a retired node: no allocation, and the old contents are
+    Table::node_type node = std::move(spare_.back());  // freed here, on the thread that made them
+    spare_.pop_back();
+    node.key() = r.name;
+    node.mapped() = std::move(entry);
+    it = table_.insert(std::move(node)).position;
+  } else {
+    std::string k = r.name;
+    it = table_.emplace(std::move(k), std::move(entry)).first;
+  }
   queue_.push_back(&it->second);    // table nodes do not move; only this loop erases them
   if (sleeping_) cv_.notify_one();  // only an idle loop needs waking; a busy one looks anyway
   return h;
 }
 
-bool Runtime::wait_for_work(std::vector<Request>* fresh, bool* want_shutdown) {
+void Runtime::retire(Table::iterator it) {
+  if (spare_.size() >= kMaxSpare) {
+    table_.erase(it);
+    return;
+  }
+  Table::node_type node = table_.extract(it);
+  // Drop what could keep user memory alive (the handle's output, an allocator's captures);
+  // the rest is overwritten by the next enqueue.
+  node.mapped().handle.reset();
+  node.mapped().allocator = nullptr;
+  spare_.push_back(std::move(node));
+}
+
+bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdown) {
   std::unique_lock<std::mutex> lk(mu_);
   if (stopped_) return false;
   const bool was_idle = queue_.empty() && !controller_.has_pending() && !shutdown_requested_;
@@ -108,28 +143,30 @@ bool Runtime::wait_for_work(std::vector<Request>* fresh, bool* want_shutdown) {
                    [&] { return stopped_ || shutdown_requested_; });
     } else {
       // A burst (a backward pass, a loop of async calls) arrives tensor by tensor: let it
-      // settle so one round carries it, but never wait more than kSettleCap.
+      // settle so one round carries it, but never wait more than kSettleCap, and stop as soon
+      // as a user thread waits for a result (its burst is complete).
       const auto cap = std::chrono::steady_clock::now() + kSettleCap;
       size_t seen = queue_.size();
-      while (!stopped_ && std::chrono::steady_clock::now() < cap) {
-        cv_.wait_for(lk, kSettleStep, [&] { return stopped_ || shutdown_requested_; });
+      settling_ = true;
+      auto done = [&] { return stopped_ || shutdown_requested_ || waiting_users() > 0; };
+      while (!done() && std::chrono::steady_clock::now() < cap) {
+        cv_.wait_for(lk, kSettleStep, done);
         if (queue_.size() == seen) break;
         seen = queue_.size();
       }
+      settling_ = false;
     }
   }
-  fresh->reserve(queue_.size());
-  for (const TensorEntry* e : queue_) fresh->push_back(e->request);
-  queue_.clear();
+  fresh->swap(queue_);  // queue_ takes the (cleared) vector of the last round
   *want_shutdown = shutdown_requested_;
   return true;
 }
 
 bool Runtime::run_once() {
-  std::vector<Request> fresh;
   bool want_shutdown = false;
-  if (!wait_for_work(&fresh, &want_shutdown)) return false;
-  for (auto& r : fresh) controller_.submit(std::move(r));
+  fresh_.clear();
+  if (!wait_for_work(&fresh_, &want_shutdown)) return false;
+  for (TensorEntry* e : fresh_) controller_.submit(&e->request);
 
   RoundResult round;
   Status s = controller_.run_round(want_shutdown, &round);
@@ -140,7 +177,7 @@ bool Runtime::run_once() {
     return false;
   }
   if (round.full_round) ++stats_.full_rounds;
-  fruitless_rounds_ = round.responses.empty() && fresh.empty() ? fruitless_rounds_ + 1 : 0;
+  fruitless_rounds_ = round.responses.empty() && fresh_.empty() ? fruitless_rounds_ + 1 : 0;
   stats_.responses += round.responses.size();
 
   FusionOptions fo{config_.fusion_threshold, config_.fusion_direct_bytes};
@@ -268,7 +305,7 @@ void Runtime::execute(const Response& r) {
   std::lock_guard<std::mutex> lk(mu_);
   for (TensorEntry* e : mine) {
     e->handle->complete(s);
-    table_.erase(table_.find(e->request.name));
+    retire(table_.find(e->request.name));
   }
 }
 
@@ -303,6 +340,11 @@ bool Runtime::stopped() const {
 }
 
 void Runtime::loop() {
+#ifdef __linux__
+  // This thread's short sleeps (settling a burst, polling a collective a peer has not joined
+  // yet) must end on time: the default 50 us timer slack would add more than they last.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
   while (run_once()) {
   }
   std::lock_guard<std::mutex> lk(mu_);

@@ -2,8 +2,12 @@
 // MPI helpers.
 #include "hvd/ops/mpi_util.h"
 
+#include <sched.h>
+
 #include <chrono>
 #include <thread>
+
+#include "hvd/core/handle.h"
 
 namespace hvd::ops {
 
@@ -60,7 +64,11 @@ MPI_Op mpi_op(ReduceOp op) {
 Status wait_request(MPI_Request* req, const std::function<Status()>& should_abort,
                     int max_sleep_us) {
   using clock = std::chrono::steady_clock;
-  const auto spin_until = clock::now() + std::chrono::microseconds(20);
+  const auto start = clock::now();
+  const auto spin_until = start + std::chrono::microseconds(20);
+  // While a user thread waits for a result its core is free: keep polling (yielding) for up
+  // to 2 ms instead of sleeping, since each sleep costs ~25 us more than asked here.
+  const auto busy_until = start + std::chrono::microseconds(2000);
   int sleep_us = 10;
   for (int i = 0;; ++i) {
     int flag = 0;
@@ -70,7 +78,12 @@ Status wait_request(MPI_Request* req, const std::function<Status()>& should_abor
       Status s = should_abort();
       if (!s.ok()) return s;  // the request is abandoned: its peers are gone
     }
-    if (clock::now() < spin_until) continue;
+    const auto now = clock::now();
+    if (now < spin_until) continue;
+    if (now < busy_until && core::waiting_users() > 0) {
+      sched_yield();
+      continue;
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
     sleep_us = std::min(sleep_us * 2, max_sleep_us);
   }

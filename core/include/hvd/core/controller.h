@@ -59,10 +59,12 @@ class Controller {
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
 
-  /// Adds a request of this rank (validated locally already).
-  void submit(Request r);
+  /// Adds a request of this rank (validated locally already). The controller keeps the pointer:
+  /// `*r` must stay valid and unchanged until run_round() returned its response (or the
+  /// controller is destroyed), so the runtime's table entry is the only copy.
+  void submit(const Request* r);
   /// True while this rank has requests not yet answered (a joined rank always has: its join).
-  bool has_pending() const { return !uncached_.empty() || !pending_bits_.empty() || waiting_ > 0; }
+  bool has_pending() const { return !uncached_.empty() || num_pending_ > 0 || waiting_ > 0; }
   /// True between submitting a join and its response.
   bool joined() const { return joined_; }
   /// Runs one round (see the file comment).
@@ -81,16 +83,21 @@ class Controller {
   void coordinator_sweep(const std::vector<int>& joined, std::vector<Response>* ready);
   void coordinator_emit(const std::string& name, int last_rank, std::vector<Response>* ready);
   void cache_new_responses(const std::vector<Response>& responses, bool any_joined);
+  void set_pending(uint32_t bit, const Request* r);
+  const Request* take_pending(uint32_t bit);
 
   Transport* transport_;
   ResponseCache cache_;
   bool cache_enabled_;
-  std::vector<Request> uncached_;                  // to send at the next full round
-  std::map<uint32_t, Request> pending_bits_;       // cached requests waiting for all ranks
-  std::set<uint32_t> invalid_bits_;                // cache entries my requests contradict
-  int64_t waiting_ = 0;                            // sent to rank 0, no response yet
-  std::unordered_map<std::string, Request> sent_;  // name -> my request sent to rank 0
-  bool joined_ = false;                            // join() submitted, not yet answered
+  std::vector<const Request*> uncached_;  // to send at the next full round
+  // Cached requests waiting for all ranks: by cache bit, and as the round's bit vector.
+  std::vector<const Request*> pending_;
+  std::vector<uint64_t> pending_words_;
+  size_t num_pending_ = 0;
+  std::set<uint32_t> invalid_bits_;                       // cache entries my requests contradict
+  int64_t waiting_ = 0;                                   // sent to rank 0, no response yet
+  std::unordered_map<std::string, const Request*> sent_;  // name -> my request sent to rank 0
+  bool joined_ = false;                                   // join() submitted, not yet answered
 
   // Coordinator (rank 0) state.
   struct Pending {

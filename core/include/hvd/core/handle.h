@@ -37,6 +37,15 @@ struct HandleState {
   void complete(Status s);
 };
 
+/// User threads inside Handle::wait() on an unfinished handle right now. While one waits, the
+/// background threads stop gathering a burst and poll a late peer instead of sleeping: the
+/// waiting thread leaves its core to them.
+int waiting_users();
+/// `f` runs on a user thread each time it starts waiting (it must not block). Returns an id for
+/// remove_wait_listener(), which returns once `f` is no longer running.
+uint64_t add_wait_listener(std::function<void()> f);
+void remove_wait_listener(uint64_t id);
+
 }  // namespace core
 
 /// An asynchronous collective in flight. Copyable; all copies see the same completion.

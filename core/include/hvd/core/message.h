@@ -86,6 +86,8 @@ struct ResponseList {
 };
 
 std::vector<uint8_t> serialize(const RequestList& l);
+/// The same bytes as serialize(RequestList{requests, shutdown}), from pointers.
+std::vector<uint8_t> serialize_requests(const std::vector<const Request*>& requests, bool shutdown);
 std::vector<uint8_t> serialize(const ResponseList& l);
 Result<RequestList> parse_request_list(const uint8_t* data, size_t size);
 Result<ResponseList> parse_response_list(const uint8_t* data, size_t size);

@@ -105,7 +105,10 @@ class Runtime {
 
  private:
   void loop();
-  bool wait_for_work(std::vector<Request>* fresh, bool* want_shutdown);
+  bool wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdown);
+  /// Takes a finished entry out of the table (mu_ held). Its node is kept for the next
+  /// enqueue, so entries are allocated and freed on the user's thread only.
+  void retire(std::unordered_map<std::string, TensorEntry>::iterator it);
   void check_stalls();
   /// The table entry of an add/remove process-set collective (names numbered per runtime).
   TensorEntry set_op_entry(OpType op, const char* prefix);
@@ -120,10 +123,16 @@ class Runtime {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<TensorEntry*> queue_;                      // newly enqueued entries (in table_)
-  std::unordered_map<std::string, TensorEntry> table_;  // key -> entry
+  using Table = std::unordered_map<std::string, TensorEntry>;
+  std::vector<TensorEntry*> queue_;      // newly enqueued entries (in table_)
+  Table table_;                          // name -> entry
+  std::vector<Table::node_type> spare_;  // retired table nodes, reused by enqueue
+  static constexpr size_t kMaxSpare = 4096;
+  std::vector<TensorEntry*> fresh_;  // background thread: this round's new entries
   bool shutdown_requested_ = false;
   bool sleeping_ = false;
+  bool settling_ = false;       // gathering a burst (a waiting user thread ends it)
+  uint64_t wait_listener_ = 0;  // add_wait_listener id
   int fruitless_rounds_ = 0;  // consecutive rounds that matched nothing (background thread only) //
                               // the loop is blocked waiting for the first request of a burst
   static constexpr std::chrono::microseconds kSettleStep{30};

@@ -36,11 +36,22 @@ class MpiExecutor : public core::Executor {
   Status allgather(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
   Status alltoall(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
   Status reducescatter(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
+  /// Fused allreduce of native dtypes by ring reduce-scatter + allgather over point-to-point
+  /// messages straight between the tensors (mpi_ring.cc): no copy into a fusion buffer.
+  Status ring_allreduce(const core::Response& r, const std::vector<core::TensorEntry*>& entries,
+                        MPI_Datatype type, MPI_Op op, double post);
   /// MPI_Allreduce in place, split into calls of at most 2^30 elements.
   Status reduce_buffer(void* data, int64_t count, MPI_Datatype type, MPI_Op op);
   uint8_t* fusion_buffer(size_t bytes);
   /// A second persistent buffer (fused allgather receives here while sending from fusion_).
   uint8_t* gather_buffer(size_t bytes);
+
+  /// Elements per MPI call at most.
+  static constexpr int64_t kMaxCount = 1LL << 30;
+  /// Ring pieces of at least this many bytes travel as their own message (zero copy).
+  static constexpr size_t kRingDirectBytes = 32 << 10;
+  /// Fused batches of at least this many bytes take the ring.
+  static constexpr size_t kRingMinBytes = 256 << 10;
 
   MPI_Comm comm_;
   int size_ = 1, rank_ = 0;

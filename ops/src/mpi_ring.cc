@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fused host allreduce without a fusion buffer: a ring reduce-scatter then a ring allgather
+// over the tensors laid end to end, moving data straight between the tensors of neighbours.
+#include <cstring>
+
+#include "hvd/ops/cpu_kernels.h"
+#include "hvd/ops/mpi_executor.h"
+#include "hvd/ops/mpi_util.h"
+#include "hvd/ops/ring_plan.h"
+
+namespace hvd::ops {
+
+using core::Response;
+using core::TensorEntry;
+
+namespace {
+constexpr int kTagReduce = 0x6876;  // the data communicator carries no other point-to-point
+constexpr int kTagGather = 0x6877;
+}  // namespace
+
+Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEntry*>& entries,
+                                   MPI_Datatype type, MPI_Op op, double post) {
+  const DataType dt = r.dtype;
+  const size_t es = dtype_size(dt);
+  const int n = size_;
+  std::vector<int64_t> numels(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    TensorEntry* e = entries[i];
+    numels[i] = e->output.numel();
+    // Everything happens in the outputs: each rank's contribution, prescaled, starts there.
+    if (e->output.data != e->input.data && e->input.bytes()) {
+      std::memcpy(e->output.data, e->input.data, e->input.bytes());
+    }
+    scale_in_place(e->output.data, dt, numels[i], r.prescale);
+  }
+  const int64_t direct = static_cast<int64_t>(kRingDirectBytes / es);
+  std::vector<RingChunk> chunks;
+  chunks.reserve(static_cast<size_t>(n));
+  int64_t most = 0, most_packed = 0;
+  for (int c = 0; c < n; ++c) {
+    chunks.push_back(plan_ring_chunk(numels, n, c, direct, kMaxCount));
+    most = std::max(most, chunks.back().elems);
+    most_packed = std::max(most_packed, chunks.back().packed_elems);
+  }
+  uint8_t* staged = fusion_buffer(static_cast<size_t>(most) * es);         // what arrives
+  uint8_t* packed = gather_buffer(static_cast<size_t>(most_packed) * es);  // small pieces out
+  auto at = [&](const RingPiece& p) {
+    return static_cast<uint8_t*>(entries[p.tensor]->output.data) + p.offset * es;
+  };
+  const int right = (rank_ + 1) % n, left = (rank_ + n - 1) % n;
+  std::vector<MPI_Request> reqs;
+
+  // One step: receive chunk `rc` from the left (direct pieces into `direct_to(piece)`, the pack
+  // into staged at its offset), send chunk `sc` to the right from the tensors.
+  auto step = [&](const RingChunk& rc, const RingChunk& sc, int tag, bool direct_in_place) {
+    reqs.clear();
+    for (size_t k = 0; k < rc.pieces.size(); ++k) {
+      if (!rc.direct[k]) continue;
+      void* dst = direct_in_place ? at(rc.pieces[k]) : staged + rc.staged_offset[k] * es;
+      reqs.emplace_back();
+      HVD_MPI_CHECK(MPI_Irecv(dst, static_cast<int>(rc.pieces[k].count), type, left, tag, comm_,
+                              &reqs.back()));
+    }
+    if (rc.packed_elems) {
+      reqs.emplace_back();
+      HVD_MPI_CHECK(MPI_Irecv(staged + (rc.elems - rc.packed_elems) * es,
+                              static_cast<int>(rc.packed_elems), type, left, tag, comm_,
+                              &reqs.back()));
+    }
+    const int64_t pack_base = sc.elems - sc.packed_elems;
+    for (size_t k = 0; k < sc.pieces.size(); ++k) {
+      const RingPiece& p = sc.pieces[k];
+      if (sc.direct[k]) {
+        reqs.emplace_back();
+        HVD_MPI_CHECK(
+            MPI_Isend(at(p), static_cast<int>(p.count), type, right, tag, comm_, &reqs.back()));
+      } else {
+        std::memcpy(packed + (sc.staged_offset[k] - pack_base) * es, at(p),
+                    static_cast<size_t>(p.count) * es);
+      }
+    }
+    if (sc.packed_elems) {
+      reqs.emplace_back();
+      HVD_MPI_CHECK(MPI_Isend(packed, static_cast<int>(sc.packed_elems), type, right, tag, comm_,
+                              &reqs.back()));
+    }
+    HVD_MPI_CHECK(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+    return Status::OK();
+  };
+
+  // Reduce-scatter: after n-1 steps this rank holds the reduction of chunk (rank + 1) % n.
+  for (int s = 0; s < n - 1; ++s) {
+    const RingChunk& rc = chunks[static_cast<size_t>((rank_ + 2 * n - s - 1) % n)];
+    HVD_RETURN_IF_ERROR(
+        step(rc, chunks[static_cast<size_t>((rank_ + n - s) % n)], kTagReduce, false));
+    for (size_t k = 0; k < rc.pieces.size(); ++k) {
+      HVD_MPI_CHECK(MPI_Reduce_local(staged + rc.staged_offset[k] * es, at(rc.pieces[k]),
+                                     static_cast<int>(rc.pieces[k].count), type, op));
+    }
+  }
+  for (const RingPiece& p : chunks[static_cast<size_t>((rank_ + 1) % n)].pieces) {
+    scale_in_place(at(p), dt, p.count, post);
+  }
+  // Allgather: pass the reduced chunks around the ring, large pieces straight into the tensors.
+  for (int s = 0; s < n - 1; ++s) {
+    const RingChunk& rc = chunks[static_cast<size_t>((rank_ + n - s) % n)];
+    HVD_RETURN_IF_ERROR(
+        step(rc, chunks[static_cast<size_t>((rank_ + 1 + n - s) % n)], kTagGather, true));
+    for (size_t k = 0; k < rc.pieces.size(); ++k) {
+      if (rc.direct[k]) continue;
+      std::memcpy(at(rc.pieces[k]), staged + rc.staged_offset[k] * es,
+                  static_cast<size_t>(rc.pieces[k].count) * es);
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace hvd::ops
