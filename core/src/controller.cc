@@ -54,14 +54,14 @@ Controller::Controller(Transport* transport, int64_t cache_capacity)
       pending_(static_cast<size_t>(std::max<int64_t>(cache_capacity, 0)), nullptr),
       pending_words_(cache_.num_words(), 0) {}
 
-void Controller::set_pending(uint32_t bit, const Request* r) {
+void Controller::set_pending(uint32_t bit, TensorEntry* e) {
   if (!pending_[bit]) ++num_pending_;
-  pending_[bit] = r;
+  pending_[bit] = e;
   pending_words_[bit / 64] |= 1ULL << (bit % 64);
 }
 
-const Request* Controller::take_pending(uint32_t bit) {
-  const Request* r = pending_[bit];
+TensorEntry* Controller::take_pending(uint32_t bit) {
+  TensorEntry* r = pending_[bit];
   if (!r) return nullptr;
   pending_[bit] = nullptr;
   pending_words_[bit / 64] &= ~(1ULL << (bit % 64));
@@ -69,13 +69,14 @@ const Request* Controller::take_pending(uint32_t bit) {
   return r;
 }
 
-void Controller::submit(const Request* r) {
-  if (r->op == OpType::kJoin) joined_ = true;
-  if (cache_enabled_ && cacheable(*r)) {
+void Controller::submit(TensorEntry* e) {
+  const Request& r = e->request;
+  if (r.op == OpType::kJoin) joined_ = true;
+  if (cache_enabled_ && cacheable(r)) {
     uint32_t bit = 0;
-    switch (cache_.lookup(*r, &bit)) {
+    switch (cache_.lookup(r, &bit)) {
       case ResponseCache::Lookup::kHit:
-        set_pending(bit, r);
+        set_pending(bit, e);
         return;
       case ResponseCache::Lookup::kMismatch:
         invalid_bits_.insert(bit);
@@ -84,7 +85,7 @@ void Controller::submit(const Request* r) {
         break;
     }
   }
-  uncached_.push_back(r);
+  uncached_.push_back(e);
 }
 
 Status Controller::run_round(bool want_shutdown, RoundResult* out) {
@@ -119,7 +120,7 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
       uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(inv));
       inv &= inv - 1;
       cache_.erase(b);
-      if (const Request* r = take_pending(b)) uncached_.push_back(r);
+      if (TensorEntry* e = take_pending(b)) uncached_.push_back(e);
     }
   }
   // Ready everywhere through the cache.
@@ -128,9 +129,14 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
     while (ready) {
       uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(ready));
       ready &= ready - 1;
-      out->responses.push_back(cached_response(cache_, b));
+      TensorEntry* e = take_pending(b);
+      const OpType op = cache_.at(b).op;
+      if (e && (op == OpType::kAllreduce || op == OpType::kBroadcast)) {
+        out->cached.push_back(e);  // the response follows from the request alone
+      } else {
+        out->responses.push_back(cached_response(cache_, b));
+      }
       cache_.touch(b);
-      take_pending(b);
     }
   }
 
@@ -138,17 +144,20 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
   // what); pending cached requests go through it too, and nothing new is cached.
   if (!joined.empty()) {
     for (uint32_t b = 0; num_pending_ > 0 && b < pending_.size(); ++b) {
-      if (const Request* r = take_pending(b)) uncached_.push_back(r);
+      if (TensorEntry* e = take_pending(b)) uncached_.push_back(e);
     }
   }
   out->full_round = (any_flags & (kFlagUncached | kFlagShutdown)) != 0 || !joined.empty();
   if (!out->full_round) return Status::OK();
 
-  for (const Request* r : uncached_) {
-    sent_[r->name] = r;
+  std::vector<const Request*> reqs;
+  reqs.reserve(uncached_.size());
+  for (TensorEntry* e : uncached_) {
+    sent_[e->request.name] = e;
+    reqs.push_back(&e->request);
     ++waiting_;
   }
-  std::vector<uint8_t> mine = serialize_requests(uncached_, want_shutdown);
+  std::vector<uint8_t> mine = serialize_requests(reqs, want_shutdown);
   uncached_.clear();
   std::vector<std::vector<uint8_t>> all;
   HVD_RETURN_IF_ERROR(transport_->gather(mine, &all));
@@ -186,9 +195,10 @@ void Controller::cache_new_responses(const std::vector<Response>& responses, boo
     for (const auto& name : resp.names) {
       auto it = sent_.find(name);
       if (it == sent_.end()) continue;
-      if (cache_enabled_ && !any_joined && !resp.is_error() && cacheable(*it->second)) {
-        if (auto evicted = cache_.put(*it->second, resp)) {
-          if (const Request* p = take_pending(*evicted)) uncached_.push_back(p);
+      const Request& mine = it->second->request;
+      if (cache_enabled_ && !any_joined && !resp.is_error() && cacheable(mine)) {
+        if (auto evicted = cache_.put(mine, resp)) {
+          if (TensorEntry* p = take_pending(*evicted)) uncached_.push_back(p);
         }
       }
       sent_.erase(it);

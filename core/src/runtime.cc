@@ -36,14 +36,15 @@ Runtime::~Runtime() {
 }
 
 void Runtime::start() {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (thread_.joinable() || stopped_) return;
+  // Registered before taking mu_: the listener runs under the registry's lock and takes mu_.
   if (!wait_listener_) {
     wait_listener_ = add_wait_listener([this] {
       std::lock_guard<std::mutex> l(mu_);
       if (settling_) cv_.notify_one();
     });
   }
+  std::lock_guard<std::mutex> lk(mu_);
+  if (thread_.joinable() || stopped_) return;
   loop_exited_ = false;
   thread_ = std::thread([this] { loop(); });
 }
@@ -162,11 +163,36 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
   return true;
 }
 
+namespace {
+
+// The response of cached allreduces / broadcasts [first, last): it follows from the requests.
+Response response_for(TensorEntry* const* first, TensorEntry* const* last) {
+  const Request& q = (*first)->request;
+  Response r;
+  r.op = q.op;
+  r.dtype = q.dtype;
+  r.reduce_op = q.reduce_op;
+  r.root = q.root;
+  r.prescale = q.prescale;
+  r.postscale = q.postscale;
+  r.device = q.device;
+  r.process_set = q.process_set;
+  r.names.reserve(static_cast<size_t>(last - first));
+  r.numels.reserve(static_cast<size_t>(last - first));
+  for (; first != last; ++first) {
+    r.names.push_back((*first)->request.name);
+    r.numels.push_back(shape_numel((*first)->request.shape));
+  }
+  return r;
+}
+
+}  // namespace
+
 bool Runtime::run_once() {
   bool want_shutdown = false;
   fresh_.clear();
   if (!wait_for_work(&fresh_, &want_shutdown)) return false;
-  for (TensorEntry* e : fresh_) controller_.submit(&e->request);
+  for (TensorEntry* e : fresh_) controller_.submit(e);
 
   RoundResult round;
   Status s = controller_.run_round(want_shutdown, &round);
@@ -177,9 +203,21 @@ bool Runtime::run_once() {
     return false;
   }
   if (round.full_round) ++stats_.full_rounds;
-  fruitless_rounds_ = round.responses.empty() && fresh_.empty() ? fruitless_rounds_ + 1 : 0;
-  stats_.responses += round.responses.size();
+  const bool fruitless = round.cached.empty() && round.responses.empty() && fresh_.empty();
+  fruitless_rounds_ = fruitless ? fruitless_rounds_ + 1 : 0;
+  stats_.responses += round.cached.size() + round.responses.size();
 
+  if (!round.responses.empty() && !round.cached.empty()) {
+    // A round with new names too: everything goes through one plan, so cached and new
+    // tensors can share a batch (as they would have in a round that had only responses).
+    std::vector<Response> all;
+    all.reserve(round.cached.size() + round.responses.size());
+    for (TensorEntry* e : round.cached) all.push_back(response_for(&e, &e + 1));
+    for (Response& r : round.responses) all.push_back(std::move(r));
+    round.responses = std::move(all);
+    round.cached.clear();
+  }
+  execute_cached(round.cached);
   FusionOptions fo{config_.fusion_threshold, config_.fusion_direct_bytes};
   for (const Response& r : plan_fusion(std::move(round.responses), fo)) {
     ++stats_.fused_batches;
@@ -247,6 +285,22 @@ std::unique_ptr<TensorEntry> stand_in(const Response& r, size_t i, int rank,
 
 }  // namespace
 
+void Runtime::execute_cached(const std::vector<TensorEntry*>& ready) {
+  if (ready.empty()) return;
+  ready_requests_.clear();
+  for (TensorEntry* e : ready) ready_requests_.push_back(&e->request);
+  FusionOptions fo{config_.fusion_threshold, config_.fusion_direct_bytes};
+  size_t begin = 0;
+  std::vector<TensorEntry*> batch;
+  for (size_t end : plan_fusion_runs(ready_requests_, fo)) {
+    ++stats_.fused_batches;
+    batch.assign(ready.begin() + static_cast<std::ptrdiff_t>(begin),
+                 ready.begin() + static_cast<std::ptrdiff_t>(end));
+    run(response_for(batch.data(), batch.data() + batch.size()), batch, batch);
+    begin = end;
+  }
+}
+
 void Runtime::execute(const Response& r) {
   std::vector<TensorEntry*> entries(r.names.size(), nullptr);
   std::vector<TensorEntry*> mine;  // this rank's table entries
@@ -272,8 +326,13 @@ void Runtime::execute(const Response& r) {
       entries[i] = stand_ins.back().get();
     }
   }
-  const bool complete = std::find(entries.begin(), entries.end(), nullptr) == entries.end();
   if (r.is_error() && mine.empty()) return;  // e.g. a joined rank: nothing of ours failed
+  run(r, entries, mine);
+}
+
+void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
+                  const std::vector<TensorEntry*>& mine) {
+  const bool complete = std::find(entries.begin(), entries.end(), nullptr) == entries.end();
   const auto started = Timeline::Clock::now();
   Status s;
   if (r.is_error()) {

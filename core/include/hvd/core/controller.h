@@ -38,12 +38,16 @@
 #include <vector>
 
 #include "hvd/core/cache.h"
+#include "hvd/core/executor.h"
 #include "hvd/core/message.h"
 #include "hvd/core/transport.h"
 
 namespace hvd::core {
 
 struct RoundResult {
+  /// Allreduces and broadcasts ready on every rank through the cache: this rank's entries, in
+  /// bit order (the same order on every rank). They run first, then `responses`.
+  std::vector<TensorEntry*> cached;
   std::vector<Response> responses;  ///< in execution order, not yet fused
   bool shutdown = false;            ///< some rank asked to shut down: stop after executing
   std::vector<int32_t> shutdown_ranks;
@@ -59,10 +63,10 @@ class Controller {
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
 
-  /// Adds a request of this rank (validated locally already). The controller keeps the pointer:
-  /// `*r` must stay valid and unchanged until run_round() returned its response (or the
-  /// controller is destroyed), so the runtime's table entry is the only copy.
-  void submit(const Request* r);
+  /// Adds an entry of this rank (validated locally already). The controller keeps the pointer:
+  /// `*e` must stay valid and its request unchanged until run_round() returned it or its
+  /// response (or the controller is destroyed), so the runtime's table entry is the only copy.
+  void submit(TensorEntry* e);
   /// True while this rank has requests not yet answered (a joined rank always has: its join).
   bool has_pending() const { return !uncached_.empty() || num_pending_ > 0 || waiting_ > 0; }
   /// True between submitting a join and its response.
@@ -83,20 +87,20 @@ class Controller {
   void coordinator_sweep(const std::vector<int>& joined, std::vector<Response>* ready);
   void coordinator_emit(const std::string& name, int last_rank, std::vector<Response>* ready);
   void cache_new_responses(const std::vector<Response>& responses, bool any_joined);
-  void set_pending(uint32_t bit, const Request* r);
-  const Request* take_pending(uint32_t bit);
+  void set_pending(uint32_t bit, TensorEntry* e);
+  TensorEntry* take_pending(uint32_t bit);
 
   Transport* transport_;
   ResponseCache cache_;
   bool cache_enabled_;
-  std::vector<const Request*> uncached_;  // to send at the next full round
+  std::vector<TensorEntry*> uncached_;  // to send at the next full round
   // Cached requests waiting for all ranks: by cache bit, and as the round's bit vector.
-  std::vector<const Request*> pending_;
+  std::vector<TensorEntry*> pending_;
   std::vector<uint64_t> pending_words_;
   size_t num_pending_ = 0;
   std::set<uint32_t> invalid_bits_;                       // cache entries my requests contradict
   int64_t waiting_ = 0;                                   // sent to rank 0, no response yet
-  std::unordered_map<std::string, const Request*> sent_;  // name -> my request sent to rank 0
+  std::unordered_map<std::string, TensorEntry*> sent_;  // name -> my entry sent to rank 0
   bool joined_ = false;                                   // join() submitted, not yet answered
 
   // Coordinator (rank 0) state.

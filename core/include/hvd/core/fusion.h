@@ -32,6 +32,12 @@ struct FusionOptions {
 /// Takes the responses by value: callers that no longer need them move them in.
 std::vector<Response> plan_fusion(std::vector<Response> responses, const FusionOptions& opt);
 
+/// The same rules over requests ready through the cache (allreduce and broadcast, no joined
+/// ranks): consecutive requests [ends[i-1], ends[i]) run as one collective. Lets the runtime
+/// batch its own entries without building a response per tensor first.
+std::vector<size_t> plan_fusion_runs(const std::vector<const Request*>& requests,
+                                     const FusionOptions& opt);
+
 /// Bytes of all tensors of a response (allgather: of the gathered outputs).
 int64_t response_bytes(const Response& r);
 

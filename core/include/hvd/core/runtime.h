@@ -113,6 +113,12 @@ class Runtime {
   /// The table entry of an add/remove process-set collective (names numbered per runtime).
   TensorEntry set_op_entry(OpType op, const char* prefix);
   void execute(const Response& r);
+  /// Runs the cached entries of a round in the batches plan_fusion_runs() makes.
+  void execute_cached(const std::vector<TensorEntry*>& ready);
+  /// Runs `r` on `entries` (this rank's part, in name order; stand-ins for joined ranks) and
+  /// completes and retires `mine`, the ones from this rank's table.
+  void run(const Response& r, const std::vector<TensorEntry*>& entries,
+           const std::vector<TensorEntry*>& mine);
   Status execute_process_set_op(const Response& r, TensorEntry* e);
   void shutdown_children();
 
@@ -129,6 +135,7 @@ class Runtime {
   std::vector<Table::node_type> spare_;  // retired table nodes, reused by enqueue
   static constexpr size_t kMaxSpare = 4096;
   std::vector<TensorEntry*> fresh_;  // background thread: this round's new entries
+  std::vector<const Request*> ready_requests_;  // background thread: execute_cached scratch
   bool shutdown_requested_ = false;
   bool sleeping_ = false;
   bool settling_ = false;       // gathering a burst (a waiting user thread ends it)
