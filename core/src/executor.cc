@@ -4,6 +4,36 @@
 
 namespace hvd::core {
 
+namespace {
+
+void reset_view(TensorView* v) {
+  std::vector<int64_t> shape = std::move(v->shape);
+  *v = TensorView();
+  shape.clear();
+  v->shape = std::move(shape);
+}
+
+}  // namespace
+
+void reset_for_reuse(TensorEntry* e) {
+  Request& r = e->request;
+  std::string name = std::move(r.name), group = std::move(r.group);
+  std::vector<int64_t> shape = std::move(r.shape), splits = std::move(r.splits);
+  r = Request();
+  name.clear();
+  group.clear();
+  shape.clear();
+  splits.clear();
+  r.name = std::move(name);
+  r.group = std::move(group);
+  r.shape = std::move(shape);
+  r.splits = std::move(splits);
+  reset_view(&e->input);
+  reset_view(&e->output);
+  e->handle.reset();
+  e->allocator = nullptr;
+}
+
 Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
   const DataType t = e->request.dtype;
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(t);

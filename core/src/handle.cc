@@ -2,9 +2,6 @@
 // Handle completion and waiting.
 #include "hvd/core/handle.h"
 
-#include <sched.h>
-
-#include <chrono>
 #include <map>
 
 namespace hvd {
@@ -24,10 +21,6 @@ Listeners& listeners() {
   return *l;
 }
 
-// A collective usually finishes within tens of microseconds of the first wait; waking a thread
-// blocked in the kernel costs about as much on a virtual machine, so look (yielding the core)
-// for this long before blocking.
-constexpr auto kWaitSpin = std::chrono::microseconds(50);
 
 }  // namespace
 
@@ -74,10 +67,6 @@ Status Handle::wait_status() const {
       core::Listeners& l = core::listeners();
       std::lock_guard<std::mutex> lk(l.mu);
       for (auto& kv : l.fns) kv.second();
-    }
-    const auto until = std::chrono::steady_clock::now() + core::kWaitSpin;
-    while (!s_->done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
-      sched_yield();
     }
     {
       std::unique_lock<std::mutex> lk(s_->mu);

@@ -50,18 +50,48 @@ void Runtime::start() {
 }
 
 Handle Runtime::enqueue(TensorEntry entry) {
+  return enqueue_with([&entry](TensorEntry* e) { *e = std::move(entry); });
+}
+
+Runtime::Table::node_type Runtime::take_node() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (spare_.empty()) {
+    // A node of our own to fill outside the lock (node handles only come from a table).
+    nursery_.try_emplace(std::string());
+    return nursery_.extract(nursery_.begin());
+  }
+  Table::node_type node = std::move(spare_.back());
+  spare_.pop_back();
+  return node;
+}
+
+void Runtime::give_back(Table::node_type node) {
+  node.mapped().handle.reset();
+  node.mapped().allocator = nullptr;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (spare_.size() < kMaxSpare) spare_.push_back(std::move(node));
+}
+
+Handle Runtime::enqueue_with(const std::function<void(TensorEntry*)>& fill) {
+  Table::node_type node = take_node();
+  TensorEntry& entry = node.mapped();
+  reset_for_reuse(&entry);
+  fill(&entry);
   if (!entry.handle) entry.handle = std::make_shared<HandleState>();
   Handle h(entry.handle);
   const Request& r = entry.request;
   auto who = [&r] { return std::string(op_name(r.op)) + " '" + r.name + "'"; };  // errors only
+  auto fail = [&](Status s) {
+    entry.handle->complete(std::move(s));
+    give_back(std::move(node));
+    return h;
+  };
   if (r.process_set != parts_.process_set) {
     auto child = process_set(r.process_set);
-    if (!child.ok()) {
-      entry.handle->complete(
-          Status(child.status().code(), who() + ": " + child.status().message()));
-      return h;
-    }
-    return child.value()->enqueue(std::move(entry));
+    if (!child.ok()) return fail(Status(child.status().code(), who() + ": " + child.status().message()));
+    Handle forwarded = child.value()->enqueue(std::move(entry));
+    give_back(std::move(node));
+    return forwarded;
   }
   if (!entry.allocator && !entry.pool) entry.pool = pool_;
   Status bad = validate_local(r, size_);
@@ -69,42 +99,31 @@ Handle Runtime::enqueue(TensorEntry entry) {
     bad = invalid_argument(who() + ": tensor is on " + entry.input.device.str() + " but " +
                            parts_.no_device_reason);
   }
-  if (!bad.ok()) {
-    entry.handle->complete(bad);
-    return h;
-  }
-  std::lock_guard<std::mutex> lk(mu_);
+  if (!bad.ok()) return fail(bad);
+  node.key() = r.name;
+  std::unique_lock<std::mutex> lk(mu_);
+  Status refused;
   if (stopped_) {
-    entry.handle->complete(Status(stop_status_.code(), who() + ": " + stop_status_.message()));
-    return h;
-  }
-  if (shutdown_requested_) {
-    entry.handle->complete(aborted(who() + ": submitted while hvd is shutting down"));
-    return h;
-  }
-  // A runtime serves one process set (others were forwarded above): the name is the key.
-  if (table_.count(r.name)) {
-    entry.handle->complete(
-        invalid_argument(who() + ": a collective named '" + r.name +
-                         "' is already in flight on rank " + std::to_string(rank_) +
-                         "; names must be unique among pending operations (wait for the "
-                         "first one or pick another name)"));
-    return h;
-  }
-  Table::iterator it;
-  if (!spare_.empty()) {  // reuse a retired node: no allocation, and the old contents are
-    Table::node_type node = std::move(spare_.back());  // freed here, on the thread that made them
-    spare_.pop_back();
-    node.key() = r.name;
-    node.mapped() = std::move(entry);
-    it = table_.insert(std::move(node)).position;
+    refused = Status(stop_status_.code(), who() + ": " + stop_status_.message());
+  } else if (shutdown_requested_) {
+    refused = aborted(who() + ": submitted while hvd is shutting down");
   } else {
-    std::string k = r.name;
-    it = table_.emplace(std::move(k), std::move(entry)).first;
+    // A runtime serves one process set (others were forwarded above): the name is the key.
+    auto ins = table_.insert(std::move(node));
+    if (ins.inserted) {
+      queue_.push_back(&ins.position->second);  // table nodes do not move; only this loop
+                                                // erases them
+      if (sleeping_) cv_.notify_one();  // only an idle loop needs waking; a busy one looks
+      return h;
+    }
+    node = std::move(ins.node);  // the name is taken
+    refused = invalid_argument(who() + ": a collective named '" + r.name +
+                               "' is already in flight on rank " + std::to_string(rank_) +
+                               "; names must be unique among pending operations (wait for the "
+                               "first one or pick another name)");
   }
-  queue_.push_back(&it->second);    // table nodes do not move; only this loop erases them
-  if (sleeping_) cv_.notify_one();  // only an idle loop needs waking; a busy one looks anyway
-  return h;
+  lk.unlock();
+  return fail(refused);
 }
 
 void Runtime::retire(Table::iterator it) {

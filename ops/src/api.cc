@@ -203,24 +203,33 @@ std::string auto_name(OpType op, const std::string& name, int32_t process_set) {
 }
 
 Status check_view(const core::Request& r, const TensorView& t, const char* role) {
+  return check_view(r.op, r.name, t, role);
+}
+
+Status check_view(OpType op, const std::string& name, const TensorView& t, const char* role) {
   if (t.data == nullptr && t.numel() > 0) {
-    return invalid_argument(std::string(core::op_name(r.op)) + " '" + r.name + "': " + role +
+    return invalid_argument(std::string(core::op_name(op)) + " '" + name + "': " + role +
                             " data is null but shape " + shape_str(t.shape) + " has " +
                             std::to_string(t.numel()) + " elements");
   }
   return Status::OK();
 }
 
+void fill_request(core::Request* r, OpType op, const std::string& name, const TensorView& t,
+                  const core::Runtime& rt) {
+  r->op = op;
+  r->name = name;
+  r->dtype = t.dtype;
+  r->shape = t.shape;
+  r->device = t.device;
+  r->rank = rt.rank();
+  r->process_set = rt.process_set_id();
+}
+
 core::Request make_request(OpType op, const std::string& name, const TensorView& t,
                            const core::Runtime& rt) {
   core::Request r;
-  r.op = op;
-  r.name = name;
-  r.dtype = t.dtype;
-  r.shape = t.shape;
-  r.device = t.device;
-  r.rank = rt.rank();
-  r.process_set = rt.process_set_id();
+  fill_request(&r, op, name, t, rt);
   return r;
 }
 
@@ -246,7 +255,10 @@ Handle submit(core::Runtime& rt, core::TensorEntry e) {
   throw_if_error(core::validate_local(e.request, rt.size()));
   throw_if_error(check_view(e.request, e.input, "input"));
   throw_if_error(check_view(e.request, e.output, "output"));
-  Handle h = rt.enqueue(std::move(e));
+  return throw_if_refused(rt.enqueue(std::move(e)));
+}
+
+Handle throw_if_refused(Handle h) {
   if (h.poll()) {
     Status s = h.wait_status();
     if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kPrecondition) {
@@ -273,6 +285,7 @@ core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
 
 using detail::allreduce_entry;
 using detail::auto_name;
+using detail::fill_request;
 using detail::make_request;
 using detail::set_runtime;
 using detail::submit;
@@ -340,13 +353,25 @@ Handle allreduce_async(const TensorView& input, const TensorView& output, const 
                        ReduceOp op, double prescale_factor, double postscale_factor,
                        const ProcessSet& ps) {
   auto rt = set_runtime("allreduce_async", name, ps);
-  std::string n = auto_name(OpType::kAllreduce, name, ps.id());
+  std::string generated;  // the hot path copies `name` only into the table entry
+  if (name.empty()) generated = auto_name(OpType::kAllreduce, name, ps.id());
+  const std::string& n = name.empty() ? generated : name;
   if (output.dtype != input.dtype || output.numel() != input.numel()) {
     throw Error(invalid_argument("allreduce '" + n + "': output " + dtype_name(output.dtype) +
                                  shape_str(output.shape) + " does not match input " +
                                  dtype_name(input.dtype) + shape_str(input.shape)));
   }
-  return submit(*rt, allreduce_entry(*rt, input, output, n, op, prescale_factor, postscale_factor));
+  throw_if_error(detail::check_view(OpType::kAllreduce, n, input, "input"));
+  throw_if_error(detail::check_view(OpType::kAllreduce, n, output, "output"));
+  core::Runtime& r = *rt;
+  return detail::throw_if_refused(r.enqueue_with([&](core::TensorEntry* e) {
+    fill_request(&e->request, OpType::kAllreduce, n, input, r);
+    e->request.reduce_op = op;
+    e->request.prescale = prescale_factor;
+    e->request.postscale = postscale_factor;
+    e->input = input;
+    e->output = output;
+  }));
 }
 
 Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std::string& name,

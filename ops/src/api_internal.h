@@ -25,10 +25,18 @@ std::string auto_name(core::OpType op, const std::string& name, int32_t process_
 /// The group key of a grouped op: `name`, or an automatic "group.<op>.noname.<n>".
 std::string group_name(core::OpType op, const std::string& name, int32_t process_set);
 Status check_view(const core::Request& r, const TensorView& t, const char* role);
+Status check_view(core::OpType op, const std::string& name, const TensorView& t,
+                  const char* role);
+/// Sets the fields every request has (op, name, dtype, shape, device, rank, process set).
+void fill_request(core::Request* r, core::OpType op, const std::string& name,
+                  const TensorView& t, const core::Runtime& rt);
 core::Request make_request(core::OpType op, const std::string& name, const TensorView& t,
                            const core::Runtime& rt);
 /// Validates locally (throwing hvd::Error for local mistakes) and enqueues.
 Handle submit(core::Runtime& rt, core::TensorEntry e);
+/// Throws hvd::Error when the runtime refused `h` at once for a local mistake (bad argument,
+/// precondition); returns it otherwise.
+Handle throw_if_refused(Handle h);
 /// Marks `entries` as one group, validates all before enqueuing any, enqueues; one handle each.
 std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntry> entries,
                                  const std::string& group);

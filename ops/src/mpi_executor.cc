@@ -101,48 +101,55 @@ Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>
     scale_in_place(e->output.data, dt, e->output.numel(), post);
     return Status::OK();
   }
-  size_t total = 0;
-  for (auto* e : entries) total += e->input.bytes();
-  if (size_ > 1 && total >= kRingMinBytes && total / esize <= static_cast<size_t>(kMaxCount)) {
+  size_t total = 0, large = 0;
+  for (auto* e : entries) {
+    const size_t b = e->input.bytes();
+    total += b;
+    if (b >= kRingDirectBytes) large += b;
+  }
+  // The ring saves the copies of tensors that travel as their own messages; small ones are
+  // copied either way, and then one MPI_Allreduce beats the ring's extra calls.
+  if (size_ > 1 && total >= kRingMinBytes && 2 * large >= total &&
+      total / esize <= static_cast<size_t>(kMaxCount)) {
     return ring_allreduce(r, entries, type, op, post);
   }
   // Fused: the tensors are laid end to end in a virtual buffer that is reduced in slices of
   // kFusedSlice bytes, each copied in, reduced and copied out while it is still in cache (one
   // big copy in, reduce and copy out costs more in memory traffic than the reduction itself).
+  sizes_.clear();
+  for (auto* e : entries) sizes_.push_back(e->input.bytes());
   const size_t slice = std::min(total, kFusedSlice - kFusedSlice % esize);
   uint8_t* buf = fusion_buffer(slice);
-  size_t first = 0, first_off = 0;  // first tensor of the slice and the offset into it
+  const bool prescale = r.prescale != 1.0;
+  // Walks [start, start + len) of the virtual buffer: f(tensor, offset in it, offset in the
+  // slice, bytes).
+  auto walk = [&](size_t* first, size_t* first_off, size_t len, auto&& f) {
+    size_t i = *first, off = *first_off, pos = 0;
+    while (pos < len) {
+      while (sizes_[i] == off) {  // skip finished and empty tensors
+        ++i;
+        off = 0;
+      }
+      const size_t n = std::min(len - pos, sizes_[i] - off);
+      f(i, off, pos, n);
+      pos += n;
+      off += n;
+    }
+    *first = i;
+    *first_off = off;
+  };
+  size_t in_i = 0, in_off = 0, out_i = 0, out_off = 0;
   for (size_t start = 0; start < total; start += slice) {
     const size_t len = std::min(slice, total - start);
-    size_t i = first, off = first_off, pos = 0;
-    while (pos < len) {  // copy in, prescaled
-      const size_t n = std::min(len - pos, entries[i]->input.bytes() - off);
+    walk(&in_i, &in_off, len, [&](size_t i, size_t off, size_t pos, size_t n) {
       std::memcpy(buf + pos, static_cast<const uint8_t*>(entries[i]->input.data) + off, n);
-      scale_in_place(buf + pos, dt, static_cast<int64_t>(n / esize), r.prescale);
-      pos += n;
-      off += n;
-      if (off == entries[i]->input.bytes()) {
-        ++i;
-        off = 0;
-      }
-      while (i < entries.size() && entries[i]->input.bytes() == 0) ++i;
-    }
+      if (prescale) scale_in_place(buf + pos, dt, static_cast<int64_t>(n / esize), r.prescale);
+    });
     HVD_RETURN_IF_ERROR(reduce_buffer(buf, static_cast<int64_t>(len / esize), type, op));
     scale_in_place(buf, dt, static_cast<int64_t>(len / esize), post);
-    i = first, off = first_off, pos = 0;
-    while (pos < len) {  // copy out
-      const size_t n = std::min(len - pos, entries[i]->output.bytes() - off);
+    walk(&out_i, &out_off, len, [&](size_t i, size_t off, size_t pos, size_t n) {
       std::memcpy(static_cast<uint8_t*>(entries[i]->output.data) + off, buf + pos, n);
-      pos += n;
-      off += n;
-      if (off == entries[i]->output.bytes()) {
-        ++i;
-        off = 0;
-      }
-      while (i < entries.size() && entries[i]->output.bytes() == 0) ++i;
-    }
-    first = i;
-    first_off = off;
+    });
   }
   return Status::OK();
 }

@@ -26,6 +26,10 @@ struct TensorEntry {
   std::shared_ptr<OutputPool> pool;
 };
 
+/// Resets every field of `e` to its default but keeps the capacity of its strings and vectors
+/// (and its pool), so filling it again allocates nothing.
+void reset_for_reuse(TensorEntry* e);
+
 /// Gives `e` an output of `shape` (allgather, alltoall, reducescatter: sizes negotiation
 /// decided): through `e->allocator` when set, else in `e->handle->owned_output` (from
 /// `e->pool` when set). Sets

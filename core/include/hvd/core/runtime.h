@@ -68,6 +68,10 @@ class Runtime {
   /// Submits a collective; never blocks on other ranks. Bad requests give a failed handle.
   /// On the global runtime, an entry for another process set goes to that set's runtime.
   Handle enqueue(TensorEntry entry);
+  /// Same, filling a recycled table entry in place: `fill` gets an entry reset to defaults whose
+  /// strings and vectors keep the capacity of an earlier collective, so a steady stream of
+  /// collectives allocates nothing but its handles. `fill` must not call into this runtime.
+  Handle enqueue_with(const std::function<void(TensorEntry*)>& fill);
 
   /// Collective over the global set (call on the global runtime): every rank passes the same
   /// global ranks. The handle's state()->result is the new set's id once it completes.
@@ -109,6 +113,9 @@ class Runtime {
   /// Takes a finished entry out of the table (mu_ held). Its node is kept for the next
   /// enqueue, so entries are allocated and freed on the user's thread only.
   void retire(std::unordered_map<std::string, TensorEntry>::iterator it);
+  /// A spare table node (or a new one) and back; both take mu_.
+  std::unordered_map<std::string, TensorEntry>::node_type take_node();
+  void give_back(std::unordered_map<std::string, TensorEntry>::node_type node);
   void check_stalls();
   /// The table entry of an add/remove process-set collective (names numbered per runtime).
   TensorEntry set_op_entry(OpType op, const char* prefix);
@@ -133,6 +140,7 @@ class Runtime {
   std::vector<TensorEntry*> queue_;      // newly enqueued entries (in table_)
   Table table_;                          // name -> entry
   std::vector<Table::node_type> spare_;  // retired table nodes, reused by enqueue
+  Table nursery_;                        // makes new nodes (always empty between calls)
   static constexpr size_t kMaxSpare = 4096;
   std::vector<TensorEntry*> fresh_;  // background thread: this round's new entries
   std::vector<const Request*> ready_requests_;  // background thread: execute_cached scratch

@@ -50,12 +50,14 @@ class MpiExecutor : public core::Executor {
   static constexpr int64_t kMaxCount = 1LL << 30;
   /// Ring pieces of at least this many bytes travel as their own message (zero copy).
   static constexpr size_t kRingDirectBytes = 32 << 10;
-  /// Fused batches of at least this many bytes take the ring.
+  /// Fused batches of at least this many bytes, at least half of it in tensors of
+  /// kRingDirectBytes or more, take the ring.
   static constexpr size_t kRingMinBytes = 256 << 10;
 
   MPI_Comm comm_;
   int size_ = 1, rank_ = 0;
   std::vector<uint8_t> fusion_, gather_;
+  std::vector<size_t> sizes_;  // bytes of each fused tensor (scratch)
 };
 
 /// Rows of dim 0 that rank `rank` of `size` gets from reducescatter of `rows` rows.
