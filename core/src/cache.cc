@@ -21,6 +21,17 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& r, uint32_t* bit) con
   return entries_[it->second].params.same_params(r) ? Lookup::kHit : Lookup::kMismatch;
 }
 
+ResponseCache::Lookup ResponseCache::lookup(const Request& r, int64_t hint, uint32_t* bit) const {
+  if (hint >= 0 && hint < capacity_) {
+    const Entry& e = entries_[static_cast<size_t>(hint)];
+    if (e.used && e.params.name == r.name) {
+      *bit = static_cast<uint32_t>(hint);
+      return e.params.same_params(r) ? Lookup::kHit : Lookup::kMismatch;
+    }
+  }
+  return lookup(r, bit);
+}
+
 std::optional<uint32_t> ResponseCache::put(const Request& params, const Response& response) {
   if (capacity_ == 0) return std::nullopt;
   auto it = by_name_.find(params.name);

@@ -74,7 +74,9 @@ void Controller::submit(TensorEntry* e) {
   if (r.op == OpType::kJoin) joined_ = true;
   if (cache_enabled_ && cacheable(r)) {
     uint32_t bit = 0;
-    switch (cache_.lookup(r, &bit)) {
+    const ResponseCache::Lookup found = cache_.lookup(r, e->cache_hint, &bit);
+    if (found != ResponseCache::Lookup::kMiss) e->cache_hint = bit;
+    switch (found) {
       case ResponseCache::Lookup::kHit:
         set_pending(bit, e);
         return;

@@ -38,8 +38,8 @@ bool same_key(const Key& a, const Key& b) {
       a.process_set != b.process_set) {
     return false;
   }
-  return a.op == OpType::kAllgather || (a.reduce_op == b.reduce_op &&
-                                        a.prescale == b.prescale && a.postscale == b.postscale);
+  return a.op == OpType::kAllgather ||
+         (a.reduce_op == b.reduce_op && a.prescale == b.prescale && a.postscale == b.postscale);
 }
 
 // Fusable: allreduce or allgather of one tensor under both size limits.
@@ -86,8 +86,8 @@ const std::vector<int64_t> kNobody;
 std::vector<Response> plan_fusion(std::vector<Response> responses, const FusionOptions& opt) {
   auto ends = runs(responses.size(), opt, [&](size_t i, Key* k, int64_t* b) {
     const Response& r = responses[i];
-    *k = {r.op,        r.dtype,     r.device.kind,  r.reduce_op,
-          r.prescale,  r.postscale, r.process_set,  &r.joined};
+    *k = {r.op,       r.dtype,     r.device.kind, r.reduce_op,
+          r.prescale, r.postscale, r.process_set, &r.joined};
     *b = response_bytes(r);
     return fusable(r.op, *b, r.is_error(), r.names.size(), opt);
   });

@@ -3,6 +3,8 @@
 #include "hvd/core/handle.h"
 
 #include <map>
+#include <memory>
+#include <vector>
 
 namespace hvd {
 namespace core {
@@ -21,8 +23,66 @@ Listeners& listeners() {
   return *l;
 }
 
+// Recycled handle-state blocks: a burst of collectives allocates and frees them in bursts
+// larger than malloc's per-thread cache, which then costs several hundred instructions each.
+struct BlockPool {
+  std::mutex mu;
+  std::vector<void*> free;
+  size_t block = 0;
+};
+
+BlockPool& block_pool() {
+  static BlockPool* p = new BlockPool();  // never destroyed: handles may outlive statics
+  return *p;
+}
+
+constexpr size_t kMaxPooled = 1 << 14;
+
+template <typename T>
+struct PoolAllocator {
+  using value_type = T;
+  PoolAllocator() = default;
+  template <typename U>
+  explicit PoolAllocator(const PoolAllocator<U>& /*other*/) {}
+  T* allocate(size_t n) {
+    if (n == 1) {
+      BlockPool& p = block_pool();
+      std::lock_guard<std::mutex> lk(p.mu);
+      if (p.block == sizeof(T) && !p.free.empty()) {
+        void* b = p.free.back();
+        p.free.pop_back();
+        return static_cast<T*>(b);
+      }
+    }
+    return static_cast<T*>(::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* ptr, size_t n) {
+    if (n == 1) {
+      BlockPool& p = block_pool();
+      std::lock_guard<std::mutex> lk(p.mu);
+      if (p.block == 0) p.block = sizeof(T);
+      if (p.block == sizeof(T) && p.free.size() < kMaxPooled) {
+        p.free.push_back(ptr);
+        return;
+      }
+    }
+    ::operator delete(ptr);
+  }
+  template <typename U>
+  bool operator==(const PoolAllocator<U>& /*other*/) const {
+    return true;
+  }
+  template <typename U>
+  bool operator!=(const PoolAllocator<U>& /*other*/) const {
+    return false;
+  }
+};
 
 }  // namespace
+
+std::shared_ptr<HandleState> new_handle_state() {
+  return std::allocate_shared<HandleState>(PoolAllocator<HandleState>());
+}
 
 int waiting_users() { return g_waiting.load(std::memory_order_relaxed); }
 
@@ -74,8 +134,7 @@ Status Handle::wait_status() const {
     }
     core::g_waiting.fetch_sub(1, std::memory_order_relaxed);
   }
-  std::lock_guard<std::mutex> lk(s_->mu);  // status is written under mu before done is set
-  return s_->status;
+  return s_->status;  // written before done was set (release), read after (acquire)
 }
 
 void Handle::wait() const { throw_if_error(wait_status()); }

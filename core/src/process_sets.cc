@@ -32,7 +32,7 @@ Handle Runtime::add_process_set(const std::vector<int32_t>& ranks) {
   TensorEntry e = set_op_entry(OpType::kAddProcessSet, "process_set.add.");
   e.request.splits.assign(ranks.begin(), ranks.end());
   if (parts_.process_set != 0) {
-    auto h = std::make_shared<HandleState>();
+    auto h = new_handle_state();
     h->complete(precondition("add_process_set: call it on the global process set"));
     return Handle(h);
   }
@@ -43,7 +43,7 @@ Handle Runtime::remove_process_set(int32_t id) {
   TensorEntry e = set_op_entry(OpType::kRemoveProcessSet, "process_set.remove.");
   e.request.root = id;
   auto fail = [](Status s) {
-    auto h = std::make_shared<HandleState>();
+    auto h = new_handle_state();
     h->complete(std::move(s));
     return Handle(h);
   };
@@ -63,7 +63,7 @@ Handle Runtime::remove_process_set(int32_t id) {
   bool busy = false;
   if (child) {
     std::lock_guard<std::mutex> lk(child->mu_);
-    busy = !child->table_.empty();
+    busy = child->active_ > 0;
   }
   e.request.splits = {busy ? 1 : 0};
   return enqueue(std::move(e));

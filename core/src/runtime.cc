@@ -50,93 +50,105 @@ void Runtime::start() {
 }
 
 Handle Runtime::enqueue(TensorEntry entry) {
-  return enqueue_with([&entry](TensorEntry* e) { *e = std::move(entry); });
-}
-
-Runtime::Table::node_type Runtime::take_node() {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (spare_.empty()) {
-    // A node of our own to fill outside the lock (node handles only come from a table).
-    nursery_.try_emplace(std::string());
-    return nursery_.extract(nursery_.begin());
-  }
-  Table::node_type node = std::move(spare_.back());
-  spare_.pop_back();
-  return node;
-}
-
-void Runtime::give_back(Table::node_type node) {
-  node.mapped().handle.reset();
-  node.mapped().allocator = nullptr;
-  std::lock_guard<std::mutex> lk(mu_);
-  if (spare_.size() < kMaxSpare) spare_.push_back(std::move(node));
-}
-
-Handle Runtime::enqueue_with(const std::function<void(TensorEntry*)>& fill) {
-  Table::node_type node = take_node();
-  TensorEntry& entry = node.mapped();
-  reset_for_reuse(&entry);
-  fill(&entry);
-  if (!entry.handle) entry.handle = std::make_shared<HandleState>();
-  Handle h(entry.handle);
   const Request& r = entry.request;
-  auto who = [&r] { return std::string(op_name(r.op)) + " '" + r.name + "'"; };  // errors only
-  auto fail = [&](Status s) {
-    entry.handle->complete(std::move(s));
-    give_back(std::move(node));
-    return h;
-  };
   if (r.process_set != parts_.process_set) {
     auto child = process_set(r.process_set);
-    if (!child.ok()) return fail(Status(child.status().code(), who() + ": " + child.status().message()));
-    Handle forwarded = child.value()->enqueue(std::move(entry));
-    give_back(std::move(node));
-    return forwarded;
-  }
-  if (!entry.allocator && !entry.pool) entry.pool = pool_;
-  Status bad = validate_local(r, size_);
-  if (bad.ok() && entry.input.device.kind == DeviceKind::kCuda && !parts_.device_executor) {
-    bad = invalid_argument(who() + ": tensor is on " + entry.input.device.str() + " but " +
-                           parts_.no_device_reason);
-  }
-  if (!bad.ok()) return fail(bad);
-  node.key() = r.name;
-  std::unique_lock<std::mutex> lk(mu_);
-  Status refused;
-  if (stopped_) {
-    refused = Status(stop_status_.code(), who() + ": " + stop_status_.message());
-  } else if (shutdown_requested_) {
-    refused = aborted(who() + ": submitted while hvd is shutting down");
-  } else {
-    // A runtime serves one process set (others were forwarded above): the name is the key.
-    auto ins = table_.insert(std::move(node));
-    if (ins.inserted) {
-      queue_.push_back(&ins.position->second);  // table nodes do not move; only this loop
-                                                // erases them
-      if (sleeping_) cv_.notify_one();  // only an idle loop needs waking; a busy one looks
+    if (!child.ok()) {
+      if (!entry.handle) entry.handle = new_handle_state();
+      Handle h(entry.handle);
+      entry.handle->complete(
+          Status(child.status().code(),
+                 std::string(op_name(r.op)) + " '" + r.name + "': " + child.status().message()));
       return h;
     }
-    node = std::move(ins.node);  // the name is taken
-    refused = invalid_argument(who() + ": a collective named '" + r.name +
-                               "' is already in flight on rank " + std::to_string(rank_) +
-                               "; names must be unique among pending operations (wait for the "
-                               "first one or pick another name)");
+    return child.value()->enqueue(std::move(entry));
   }
-  lk.unlock();
-  return fail(refused);
+  const std::string name = r.name;
+  return enqueue_with(name, [&entry](TensorEntry* e) { *e = std::move(entry); });
 }
 
-void Runtime::retire(Table::iterator it) {
-  if (spare_.size() >= kMaxSpare) {
-    table_.erase(it);
-    return;
+Handle Runtime::refuse(const std::function<void(TensorEntry*)>& fill, const Status& why) {
+  TensorEntry e;
+  fill(&e);
+  if (!e.handle) e.handle = new_handle_state();
+  e.handle->complete(Status(why.code(), std::string(op_name(e.request.op)) + " '" + e.request.name +
+                                            "': " + why.message()));
+  return Handle(e.handle);
+}
+
+Handle Runtime::enqueue_with(const std::string& name,
+                             const std::function<void(TensorEntry*)>& fill) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (stopped_) {
+    Status st = stop_status_;
+    lk.unlock();
+    return refuse(fill, st);
   }
-  Table::node_type node = table_.extract(it);
+  if (shutdown_requested_) {
+    lk.unlock();
+    return refuse(fill, aborted("submitted while hvd is shutting down"));
+  }
+  // A runtime serves one process set: the name is the key. The slot of a finished collective
+  // stays, so the next one with its name reuses its memory (and its negotiation hint).
+  auto it = table_.find(name);
+  if (it != table_.end() && it->second.active) {
+    lk.unlock();
+    return refuse(fill, invalid_argument("a collective named '" + name +
+                                         "' is already in flight on rank " + std::to_string(rank_) +
+                                         "; names must be unique among pending operations "
+                                         "(wait for the first one or pick another name)"));
+  }
+  if (it == table_.end()) {
+    if (table_.size() >= kMaxTable) drop_idle_slots();
+    it = table_.try_emplace(name).first;
+  }
+  Slot& slot = it->second;
+  reset_for_reuse(&slot);
+  fill(&slot);
+  slot.handle = slot.handle ? slot.handle : new_handle_state();
+  Handle h(slot.handle);
+  const Request& r = slot.request;
+  Status bad;
+  if (r.name != name || r.process_set != parts_.process_set) {
+    bad = internal_error("submitted to the wrong table (name '" + name + "', process set " +
+                         std::to_string(parts_.process_set) + ")");
+  } else {
+    bad = validate_local(r, size_);
+  }
+  if (bad.ok() && slot.input.device.kind == DeviceKind::kCuda && !parts_.device_executor) {
+    bad = invalid_argument(std::string(op_name(r.op)) + " '" + r.name + "': tensor is on " +
+                           slot.input.device.str() + " but " + parts_.no_device_reason);
+  }
+  if (!bad.ok()) {  // the slot stays idle
+    std::shared_ptr<HandleState> hs = std::move(slot.handle);
+    slot.allocator = nullptr;
+    lk.unlock();
+    hs->complete(bad);
+    return h;
+  }
+  if (!slot.allocator && !slot.pool) slot.pool = pool_;
+  slot.active = true;
+  ++active_;
+  queue_.push_back(&slot);          // slots do not move; only the user side erases idle ones
+  if (sleeping_) cv_.notify_one();  // only an idle loop needs waking; a busy one looks anyway
+  return h;
+}
+
+void Runtime::retire(TensorEntry* e) {
+  auto* slot = static_cast<Slot*>(e);
+  if (!slot->active) return;
+  slot->active = false;
+  --active_;
   // Drop what could keep user memory alive (the handle's output, an allocator's captures);
-  // the rest is overwritten by the next enqueue.
-  node.mapped().handle.reset();
-  node.mapped().allocator = nullptr;
-  spare_.push_back(std::move(node));
+  // the rest is overwritten by the next collective of this name.
+  slot->handle.reset();
+  slot->allocator = nullptr;
+}
+
+void Runtime::drop_idle_slots() {
+  for (auto it = table_.begin(); it != table_.end();) {
+    it = it->second.active ? std::next(it) : table_.erase(it);
+  }
 }
 
 bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdown) {
@@ -253,11 +265,13 @@ bool Runtime::run_once() {
     stopped_ = true;
     stop_status_ = st;
     for (auto& kv : table_) {
+      if (!kv.second.active) continue;
       kv.second.handle->complete(Status(st.code(), std::string(op_name(kv.second.request.op)) +
                                                        " '" + kv.second.request.name +
                                                        "': " + st.message()));
     }
     table_.clear();
+    active_ = 0;
     queue_.clear();
     return false;
   }
@@ -298,7 +312,7 @@ std::unique_ptr<TensorEntry> stand_in(const Response& r, size_t i, int rank,
   scratch->emplace_back(static_cast<size_t>(std::max<int64_t>(elems, 1)) * dtype_size(r.dtype), 0);
   e->input = TensorView(scratch->back().data(), r.dtype, q.shape, Device::host());
   e->output = e->input;
-  e->handle = std::make_shared<HandleState>();
+  e->handle = new_handle_state();
   return e;
 }
 
@@ -327,7 +341,7 @@ void Runtime::execute(const Response& r) {
     std::lock_guard<std::mutex> lk(mu_);
     for (size_t i = 0; i < r.names.size(); ++i) {
       auto it = table_.find(r.names[i]);
-      if (it != table_.end()) {
+      if (it != table_.end() && it->second.active) {
         entries[i] = &it->second;
         mine.push_back(&it->second);
       }
@@ -383,7 +397,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   std::lock_guard<std::mutex> lk(mu_);
   for (TensorEntry* e : mine) {
     e->handle->complete(s);
-    retire(table_.find(e->request.name));
+    retire(e);
   }
 }
 
@@ -399,6 +413,7 @@ void Runtime::abort(const Status& s) {
   stopped_ = true;
   stop_status_ = s;
   for (auto& kv : table_) {
+    if (!kv.second.active) continue;
     const Request& r = kv.second.request;
     kv.second.handle->complete(
         Status(s.code(), std::string(op_name(r.op)) + " '" + r.name + "': " + s.message()));

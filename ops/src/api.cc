@@ -364,7 +364,7 @@ Handle allreduce_async(const TensorView& input, const TensorView& output, const 
   throw_if_error(detail::check_view(OpType::kAllreduce, n, input, "input"));
   throw_if_error(detail::check_view(OpType::kAllreduce, n, output, "output"));
   core::Runtime& r = *rt;
-  return detail::throw_if_refused(r.enqueue_with([&](core::TensorEntry* e) {
+  return detail::throw_if_refused(r.enqueue_with(n, [&](core::TensorEntry* e) {
     fill_request(&e->request, OpType::kAllreduce, n, input, r);
     e->request.reduce_op = op;
     e->request.prescale = prescale_factor;
@@ -385,7 +385,7 @@ Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std
                                       op, prescale_factor, postscale_factor));
   }
   auto handles = detail::submit_group(*rt, std::move(entries), group);
-  auto all = std::make_shared<core::HandleState>();
+  auto all = core::new_handle_state();
   if (handles.empty()) {
     all->complete(Status::OK());
     return Handle(all);

@@ -25,11 +25,10 @@ std::string auto_name(core::OpType op, const std::string& name, int32_t process_
 /// The group key of a grouped op: `name`, or an automatic "group.<op>.noname.<n>".
 std::string group_name(core::OpType op, const std::string& name, int32_t process_set);
 Status check_view(const core::Request& r, const TensorView& t, const char* role);
-Status check_view(core::OpType op, const std::string& name, const TensorView& t,
-                  const char* role);
+Status check_view(core::OpType op, const std::string& name, const TensorView& t, const char* role);
 /// Sets the fields every request has (op, name, dtype, shape, device, rank, process set).
-void fill_request(core::Request* r, core::OpType op, const std::string& name,
-                  const TensorView& t, const core::Runtime& rt);
+void fill_request(core::Request* r, core::OpType op, const std::string& name, const TensorView& t,
+                  const core::Runtime& rt);
 core::Request make_request(core::OpType op, const std::string& name, const TensorView& t,
                            const core::Runtime& rt);
 /// Validates locally (throwing hvd::Error for local mistakes) and enqueues.

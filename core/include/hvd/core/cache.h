@@ -25,6 +25,9 @@ class ResponseCache {
   /// kHit: the name is cached with identical parameters (bit set in *bit);
   /// kMismatch: cached with different parameters (bit in *bit; the entry must be invalidated).
   Lookup lookup(const Request& r, uint32_t* bit) const;
+  /// Same, trying bit `hint` first (where this name was cached before): no hashing when the
+  /// entry is still there.
+  Lookup lookup(const Request& r, int64_t hint, uint32_t* bit) const;
 
   /// Caches a successfully negotiated request (this rank's parameters) with the response it got.
   /// Returns the bit that was evicted to make room, if any.

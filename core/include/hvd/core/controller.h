@@ -98,10 +98,10 @@ class Controller {
   std::vector<TensorEntry*> pending_;
   std::vector<uint64_t> pending_words_;
   size_t num_pending_ = 0;
-  std::set<uint32_t> invalid_bits_;                       // cache entries my requests contradict
-  int64_t waiting_ = 0;                                   // sent to rank 0, no response yet
+  std::set<uint32_t> invalid_bits_;                     // cache entries my requests contradict
+  int64_t waiting_ = 0;                                 // sent to rank 0, no response yet
   std::unordered_map<std::string, TensorEntry*> sent_;  // name -> my entry sent to rank 0
-  bool joined_ = false;                                   // join() submitted, not yet answered
+  bool joined_ = false;                                 // join() submitted, not yet answered
 
   // Coordinator (rank 0) state.
   struct Pending {

@@ -24,10 +24,13 @@ struct TensorEntry {
   /// Where hvd takes the output from when there is no allocator (null: a fresh allocation).
   /// The runtime sets it on enqueue.
   std::shared_ptr<OutputPool> pool;
+  /// Negotiation's hint: the response-cache bit this tensor's name had last time (-1: none).
+  /// Kept across collectives of the same name, so a cached name is found without hashing.
+  int64_t cache_hint = -1;
 };
 
 /// Resets every field of `e` to its default but keeps the capacity of its strings and vectors
-/// (and its pool), so filling it again allocates nothing.
+/// (and its pool and cache hint), so filling it again allocates nothing.
 void reset_for_reuse(TensorEntry* e);
 
 /// Gives `e` an output of `shape` (allgather, alltoall, reducescatter: sizes negotiation

@@ -37,6 +37,9 @@ struct HandleState {
   void complete(Status s);
 };
 
+/// A new handle state; its memory is recycled (cheaper than malloc for bursts of thousands).
+std::shared_ptr<HandleState> new_handle_state();
+
 /// User threads inside Handle::wait() on an unfinished handle right now. While one waits, the
 /// background threads stop gathering a burst and poll a late peer instead of sleeping: the
 /// waiting thread leaves its core to them.

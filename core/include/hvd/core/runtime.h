@@ -68,10 +68,11 @@ class Runtime {
   /// Submits a collective; never blocks on other ranks. Bad requests give a failed handle.
   /// On the global runtime, an entry for another process set goes to that set's runtime.
   Handle enqueue(TensorEntry entry);
-  /// Same, filling a recycled table entry in place: `fill` gets an entry reset to defaults whose
-  /// strings and vectors keep the capacity of an earlier collective, so a steady stream of
-  /// collectives allocates nothing but its handles. `fill` must not call into this runtime.
-  Handle enqueue_with(const std::function<void(TensorEntry*)>& fill);
+  /// Same, filling the table slot of `name` in place: `fill` gets an entry reset to defaults
+  /// whose strings and vectors keep the capacity of the last collective of that name, so a
+  /// steady stream of collectives allocates nothing but its handles. `fill` runs under the
+  /// table's lock (it must only copy) and must set the request's name to `name`.
+  Handle enqueue_with(const std::string& name, const std::function<void(TensorEntry*)>& fill);
 
   /// Collective over the global set (call on the global runtime): every rank passes the same
   /// global ranks. The handle's state()->result is the new set's id once it completes.
@@ -110,12 +111,13 @@ class Runtime {
  private:
   void loop();
   bool wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdown);
-  /// Takes a finished entry out of the table (mu_ held). Its node is kept for the next
-  /// enqueue, so entries are allocated and freed on the user's thread only.
-  void retire(std::unordered_map<std::string, TensorEntry>::iterator it);
-  /// A spare table node (or a new one) and back; both take mu_.
-  std::unordered_map<std::string, TensorEntry>::node_type take_node();
-  void give_back(std::unordered_map<std::string, TensorEntry>::node_type node);
+  /// Marks a finished table entry idle (mu_ held): its slot waits for the next collective of
+  /// its name, so entries are allocated and freed on the user's side only.
+  void retire(TensorEntry* e);
+  /// Erases every idle slot (mu_ held); runs when the table reaches kMaxTable names.
+  void drop_idle_slots();
+  /// A handle failed at once with `why`, naming the op and tensor `fill` describes.
+  static Handle refuse(const std::function<void(TensorEntry*)>& fill, const Status& why);
   void check_stalls();
   /// The table entry of an add/remove process-set collective (names numbered per runtime).
   TensorEntry set_op_entry(OpType op, const char* prefix);
@@ -136,13 +138,16 @@ class Runtime {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  using Table = std::unordered_map<std::string, TensorEntry>;
-  std::vector<TensorEntry*> queue_;      // newly enqueued entries (in table_)
-  Table table_;                          // name -> entry
-  std::vector<Table::node_type> spare_;  // retired table nodes, reused by enqueue
-  Table nursery_;                        // makes new nodes (always empty between calls)
-  static constexpr size_t kMaxSpare = 4096;
-  std::vector<TensorEntry*> fresh_;  // background thread: this round's new entries
+  /// A table entry: active from enqueue to completion, then idle until its name comes again.
+  struct Slot : TensorEntry {
+    bool active = false;
+  };
+  using Table = std::unordered_map<std::string, Slot>;
+  std::vector<TensorEntry*> queue_;  // newly enqueued entries (active slots)
+  Table table_;                      // name -> slot
+  size_t active_ = 0;                // active slots
+  static constexpr size_t kMaxTable = 8192;
+  std::vector<TensorEntry*> fresh_;             // background thread: this round's new entries
   std::vector<const Request*> ready_requests_;  // background thread: execute_cached scratch
   bool shutdown_requested_ = false;
   bool sleeping_ = false;
