@@ -306,27 +306,41 @@ TEST_CASE("reduction options give the independently computed gradients", "[mpi]"
 TEST_CASE("parameters without a gradient on some ranks get zeros and nobody hangs", "[mpi]") {
   torch::manual_seed(6);
   torch::nn::Linear trunk(4, 4), even(4, 1), odd(4, 1);
-  auto named = [&] {
+  using Net = std::vector<torch::nn::Linear>;  // trunk, even, odd
+  auto named_of = [](const Net& net) {
     hvd::NamedParameters n;
-    for (auto& [pre, m] : {std::pair<std::string, torch::nn::Module*>{"trunk", trunk.ptr().get()},
-                           {"even", even.ptr().get()},
-                           {"odd", odd.ptr().get()}}) {
-      for (const auto& p : m->named_parameters()) n.emplace_back(pre + "." + p.key(), p.value());
+    const char* pre[] = {"trunk", "even", "odd"};
+    for (size_t k = 0; k < net.size(); ++k) {
+      for (const auto& p : net[k]->named_parameters()) {
+        n.emplace_back(std::string(pre[k]) + "." + p.key(), p.value());
+      }
     }
     return n;
-  }();
+  };
+  // This rank's backward: the trunk, then the head of its parity.
+  auto backward = [](Net net) {
+    torch::Tensor h = net[0]->forward(torch::ones({2, 4}) * (hvd::rank() + 1));
+    net[hvd::rank() % 2 == 0 ? 1 : 2]->forward(h).sum().backward();
+  };
+  const Net real{trunk, even, odd};
+  const hvd::NamedParameters named = named_of(real);
   std::vector<torch::Tensor> all;
   for (auto& p : named) all.push_back(p.second);
   optim::SGD sgd(all, 0.1);
   hvd::DistributedOptimizer opt(sgd, named);
   for (int step = 0; step < 3; ++step) {
-    opt.zero_grad();
-    torch::Tensor h = trunk->forward(torch::ones({2, 4}) * (hvd::rank() + 1));
-    (hvd::rank() % 2 == 0 ? even : odd)->forward(h).sum().backward();
+    // This rank's own gradients, from copies no hook watches: the real ones are reduced in
+    // place as backward produces them, possibly before backward returns.
+    Net copy;
+    for (const auto& m : real) {
+      copy.emplace_back(std::dynamic_pointer_cast<torch::nn::LinearImpl>(m->clone()));
+    }
+    backward(copy);
     std::vector<torch::Tensor> local;
-    for (auto& p : named)
-      local.push_back(p.second.grad().defined() ? p.second.grad().clone()
-                                                : torch::zeros_like(p.second));
+    for (auto& p : named_of(copy))
+      local.push_back(p.second.grad().defined() ? p.second.grad() : torch::zeros_like(p.second));
+    opt.zero_grad();
+    backward(real);
     opt.synchronize();
     for (size_t i = 0; i < named.size(); ++i) {
       torch::Tensor expect = hvd::allreduce(local[i], "unused.expect." + named[i].first);

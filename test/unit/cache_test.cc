@@ -149,3 +149,24 @@ TEST_CASE("num_words covers every bit", "[unit]") {
   REQUIRE(ResponseCache(65).num_words() == 2);
   REQUIRE(ResponseCache(1024).num_words() == 16);
 }
+
+TEST_CASE("cache lookup with a hint: the hinted bit when it still holds the name", "[unit]") {
+  ResponseCache c(4);
+  (void)c.put(req("a"));
+  (void)c.put(req("b"));
+  uint32_t bit = 9999;
+  REQUIRE(c.lookup(req("b"), 1, &bit) == ResponseCache::Lookup::kHit);
+  REQUIRE(bit == 1);
+  // A stale hint (another name there, out of range, none) falls back to the name.
+  REQUIRE(c.lookup(req("b"), 0, &bit) == ResponseCache::Lookup::kHit);
+  REQUIRE(bit == 1);
+  REQUIRE(c.lookup(req("b"), 77, &bit) == ResponseCache::Lookup::kHit);
+  REQUIRE(c.lookup(req("b"), -1, &bit) == ResponseCache::Lookup::kHit);
+  REQUIRE(bit == 1);
+  // Different parameters on the hinted bit: a mismatch there.
+  REQUIRE(c.lookup(req("b", {9}), 1, &bit) == ResponseCache::Lookup::kMismatch);
+  REQUIRE(bit == 1);
+  // Evicted: a miss even with the old hint.
+  c.erase(1);
+  REQUIRE(c.lookup(req("b"), 1, &bit) == ResponseCache::Lookup::kMiss);
+}

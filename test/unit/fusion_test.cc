@@ -178,3 +178,29 @@ TEST_CASE("threshold 0 disables fusion", "[unit]") {
 TEST_CASE("an empty response list plans to nothing", "[unit]") {
   REQUIRE(plan_fusion({}, FusionOptions{}).empty());
 }
+
+TEST_CASE("plan_fusion_runs batches cached requests by the same rules", "[unit]") {
+  auto q = [](const std::string& name, int64_t n, DataType t = DataType::kFloat32) {
+    Request r;
+    r.op = OpType::kAllreduce;
+    r.name = name;
+    r.dtype = t;
+    r.shape = {n};
+    return r;
+  };
+  std::vector<Request> reqs = {q("a", 10),   q("b", 10), q("c", 10, DataType::kInt32),
+                               q("d", 1000), q("e", 10), q("f", 10)};
+  reqs[5].op = OpType::kBroadcast;
+  std::vector<const Request*> ptrs;
+  for (const auto& r : reqs) ptrs.push_back(&r);
+  // a+b fuse; c has another dtype; d is over the direct size; e alone; f is a broadcast.
+  CHECK(plan_fusion_runs(ptrs, opts(1 << 20, 1000 * 4)) == std::vector<size_t>{2, 3, 4, 5, 6});
+  // The threshold closes a batch: 40 + 40 > 60.
+  CHECK(plan_fusion_runs(ptrs, opts(60)) == std::vector<size_t>{1, 2, 3, 4, 5, 6});
+  // Fusion off: one each.
+  CHECK(plan_fusion_runs(ptrs, opts(0)) == std::vector<size_t>{1, 2, 3, 4, 5, 6});
+  // Scale factors and reduce ops must agree.
+  reqs[1].prescale = 2.0;
+  CHECK(plan_fusion_runs(ptrs, opts(1 << 20, 1000 * 4)).front() == 1);
+  CHECK(plan_fusion_runs({}, opts(1 << 20)).empty());
+}
