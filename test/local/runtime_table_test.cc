@@ -85,7 +85,8 @@ TEST_CASE("stale cache hints after evictions still find the right entries", "[lo
   Cluster c(3, cfg);
   c.start_all();
   for (int round = 0; round < 4; ++round) {
-    for (int k = 0; k < 5; ++k) sum_batch(c, {"h." + std::to_string(k)}, 2 + static_cast<size_t>(k));
+    for (int k = 0; k < 5; ++k)
+      sum_batch(c, {"h." + std::to_string(k)}, 2 + static_cast<size_t>(k));
     sum_batch(c, numbered("h.", 0, 5), 2);  // renegotiated: the shapes changed
   }
 }
