@@ -2,7 +2,6 @@
 // allreduce / grouped allreduce / broadcast / barrier against closed-form expected values.
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cmath>
 #include <thread>
 
 #include "mpi_test_util.h"
@@ -16,31 +15,10 @@ namespace {
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                          ReduceOp::kProduct};
 
-double input_value(ReduceOp op, int r, int64_t i) {
-  if (op == ReduceOp::kProduct) return static_cast<double>(((r + i) % 2) + 1);
-  return static_cast<double>((r + 1) * ((i % 5) + 1));
-}
+double input_value(ReduceOp op, int r, int64_t i) { return hvd_test::reduce_input(op, r, i, 5); }
 
 double expected_value(ReduceOp op, DataType t, int n, int64_t i) {
-  double k = static_cast<double>((i % 5) + 1);
-  switch (op) {
-    case ReduceOp::kSum:
-      return k * n * (n + 1) / 2;
-    case ReduceOp::kAverage: {
-      double avg = k * (n + 1) / 2.0;
-      return hvd::dtype_is_floating(t) ? avg : std::floor(avg);
-    }
-    case ReduceOp::kMin:
-      return k;
-    case ReduceOp::kMax:
-      return k * n;
-    case ReduceOp::kProduct: {
-      double p = 1;
-      for (int r = 0; r < n; ++r) p *= static_cast<double>(((r + i) % 2) + 1);
-      return p;
-    }
-  }
-  return 0;
+  return hvd_test::reduce_expected(op, t, n, i, 5);
 }
 
 struct Case {

@@ -27,6 +27,37 @@ inline std::string wait_error(const hvd::Handle& h) {
   return error_of([&h] { h.wait(); });
 }
 
+/// Rank r's element i for reduce op `op`: (r + 1) * (i % period + 1), or 1 / 2 alternating for
+/// Product (so products stay small).
+inline double reduce_input(hvd::ReduceOp op, int r, int64_t i, int period) {
+  if (op == hvd::ReduceOp::kProduct) return static_cast<double>(((r + i) % 2) + 1);
+  return static_cast<double>((r + 1) * ((i % period) + 1));
+}
+
+/// The closed-form reduction over n ranks of reduce_input(op, r, i, period); integer Average
+/// truncates.
+inline double reduce_expected(hvd::ReduceOp op, hvd::DataType t, int n, int64_t i, int period) {
+  const double k = static_cast<double>((i % period) + 1);
+  switch (op) {
+    case hvd::ReduceOp::kSum:
+      return k * n * (n + 1) / 2;
+    case hvd::ReduceOp::kAverage: {
+      const double avg = k * (n + 1) / 2.0;
+      return hvd::dtype_is_floating(t) ? avg : static_cast<double>(static_cast<int64_t>(avg));
+    }
+    case hvd::ReduceOp::kMin:
+      return k;
+    case hvd::ReduceOp::kMax:
+      return k * n;
+    case hvd::ReduceOp::kProduct: {
+      double p = 1;
+      for (int r = 0; r < n; ++r) p *= reduce_input(op, r, i, period);
+      return p;
+    }
+  }
+  return 0;
+}
+
 inline const std::vector<hvd::DataType>& reducible_dtypes() {
   static const std::vector<hvd::DataType> all = {
       hvd::DataType::kUInt8,    hvd::DataType::kInt8,    hvd::DataType::kInt16,

@@ -16,31 +16,10 @@ namespace {
 // under-32-KiB and large tensors so chunks cut through tensors of every kind.
 const int64_t kSizes[] = {0, 5, 40000, 100, 150001, 3, 90007, 1};
 
-double value(ReduceOp op, int r, int64_t i) {
-  if (op == ReduceOp::kProduct) return static_cast<double>(((r + i) % 2) + 1);
-  return static_cast<double>((r + 1) * ((i % 3) + 1));
-}
+double value(ReduceOp op, int r, int64_t i) { return hvd_test::reduce_input(op, r, i, 3); }
 
 double expected(ReduceOp op, DataType t, int n, int64_t i) {
-  const double k = static_cast<double>((i % 3) + 1);
-  switch (op) {
-    case ReduceOp::kSum:
-      return k * n * (n + 1) / 2;
-    case ReduceOp::kAverage: {
-      const double avg = k * (n + 1) / 2.0;
-      return hvd::dtype_is_floating(t) ? avg : static_cast<double>(static_cast<int64_t>(avg));
-    }
-    case ReduceOp::kMin:
-      return k;
-    case ReduceOp::kMax:
-      return k * n;
-    case ReduceOp::kProduct: {
-      double p = 1;
-      for (int r = 0; r < n; ++r) p *= value(op, r, i);
-      return p;
-    }
-  }
-  return 0;
+  return hvd_test::reduce_expected(op, t, n, i, 3);
 }
 
 struct Tensor {
