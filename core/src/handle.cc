@@ -2,8 +2,11 @@
 // Handle completion and waiting.
 #include "hvd/core/handle.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
+#include <thread>
 #include <vector>
 
 namespace hvd {
@@ -99,6 +102,45 @@ void remove_wait_listener(uint64_t id) {
   l.fns.erase(id);
 }
 
+bool Completion::poll(Status* s) {
+  if (has_failed_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lk(mu_);
+    *s = failed_;
+    return true;
+  }
+  return query(s);
+}
+
+void Completion::fail(const Status& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (has_failed_.load(std::memory_order_relaxed)) return;
+  failed_ = why;
+  has_failed_.store(true, std::memory_order_release);
+}
+
+void HandleState::complete_after(Status s, std::shared_ptr<Completion> pending) {
+  if (pending) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (done.load()) return;
+    device.push_back(std::move(pending));
+    device_done.store(false, std::memory_order_relaxed);
+  }
+  complete(std::move(s));
+}
+
+bool HandleState::device_settled() {
+  if (device_done.load(std::memory_order_acquire)) return true;
+  std::lock_guard<std::mutex> lk(mu);
+  while (!device.empty()) {
+    Status st;
+    if (!device.back()->poll(&st)) return false;
+    if (!st.ok() && device_status.ok()) device_status = st;
+    device.pop_back();
+  }
+  device_done.store(true, std::memory_order_release);
+  return true;
+}
+
 void HandleState::complete(Status s) {
   std::function<void(const Status&)> cb;
   {
@@ -116,7 +158,7 @@ void HandleState::complete(Status s) {
 
 bool Handle::poll() const {
   if (!s_) throw Error(precondition("poll() on an empty hvd::Handle"));
-  return s_->done.load(std::memory_order_acquire);
+  return s_->done.load(std::memory_order_acquire) && s_->device_settled();
 }
 
 Status Handle::wait_status() const {
@@ -134,7 +176,22 @@ Status Handle::wait_status() const {
     }
     core::g_waiting.fetch_sub(1, std::memory_order_relaxed);
   }
-  return s_->status;  // written before done was set (release), read after (acquire)
+  if (!s_->device_settled()) {
+    // Device work launched by the background thread: look at it ourselves (yielding for a
+    // while, then sleeping with backoff) rather than making that thread wait for the device.
+    const auto start = std::chrono::steady_clock::now();
+    auto sleep = std::chrono::microseconds(5);
+    while (!s_->device_settled()) {
+      if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(50)) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, std::chrono::microseconds(500));
+    }
+  }
+  // Written before done / device_done were set (release), read after (acquire).
+  return s_->final_status();
 }
 
 void Handle::wait() const { throw_if_error(wait_status()); }
@@ -150,3 +207,53 @@ const std::vector<int64_t>& Handle::received_splits() const {
 }
 
 }  // namespace hvd
+
+namespace hvd::core {
+
+Handle join_handles(const std::vector<Handle>& parts) {
+  auto all = new_handle_state();
+  if (parts.empty()) {
+    all->complete(Status::OK());
+    return Handle(all);
+  }
+  struct Join {
+    std::mutex mu;
+    size_t left;
+    Status first_error;
+    std::vector<std::shared_ptr<Completion>> device;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = parts.size();
+  for (const Handle& h : parts) {
+    HandleState* hs = h.state();
+    // Runs once `hs` is done: its device work (set before done) moves to the joined handle.
+    auto cb = [join, all, hs](const Status& st) {
+      std::vector<std::shared_ptr<Completion>> device;
+      {
+        std::lock_guard<std::mutex> lk(hs->mu);
+        device = hs->device;
+      }
+      std::lock_guard<std::mutex> lk(join->mu);
+      if (!st.ok() && join->first_error.ok()) join->first_error = st;
+      join->device.insert(join->device.end(), device.begin(), device.end());
+      if (--join->left > 0) return;
+      {
+        std::lock_guard<std::mutex> l(all->mu);
+        all->device = std::move(join->device);
+        all->device_done.store(all->device.empty(), std::memory_order_relaxed);
+      }
+      all->complete(join->first_error);
+    };
+    std::unique_lock<std::mutex> lk(hs->mu);
+    if (hs->done.load()) {
+      Status st = hs->status;
+      lk.unlock();
+      cb(st);
+    } else {
+      hs->callback = cb;
+    }
+  }
+  return Handle(all);
+}
+
+}  // namespace hvd::core

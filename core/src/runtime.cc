@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -368,6 +369,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   const bool complete = std::find(entries.begin(), entries.end(), nullptr) == entries.end();
   const auto started = Timeline::Clock::now();
   Status s;
+  std::shared_ptr<Completion> pending;  // device work still running after launch
   if (r.is_error()) {
     s = mismatch(r.error);
   } else if (!complete) {
@@ -383,9 +385,16 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   } else {
     Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
                                                       : parts_.device_executor.get();
-    s = ex ? ex->execute(r, entries)
+    s = ex ? ex->launch(r, entries, &pending)
            : invalid_argument(std::string(op_name(r.op)) + " '" + r.names.front() +
                               "': " + parts_.no_device_reason);
+    if (pending && entries.size() != mine.size()) {
+      // Stand-ins of a joined rank own scratch that dies with this call: wait for the device.
+      Status done;
+      while (!pending->poll(&done)) std::this_thread::yield();
+      if (s.ok()) s = done;
+      pending.reset();
+    }
   }
   if (timeline_) {
     int64_t bytes = 0;
@@ -395,8 +404,15 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
     timeline_->record(r, bytes, started, Timeline::Clock::now(), s.ok());
   }
   std::lock_guard<std::mutex> lk(mu_);
+  if (pending) {
+    outstanding_.erase(
+        std::remove_if(outstanding_.begin(), outstanding_.end(),
+                       [](const std::weak_ptr<Completion>& w) { return w.expired(); }),
+        outstanding_.end());
+    outstanding_.push_back(pending);
+  }
   for (TensorEntry* e : mine) {
-    e->handle->complete(s);
+    e->handle->complete_after(s, s.ok() ? pending : nullptr);
     retire(e);
   }
 }
@@ -412,6 +428,11 @@ void Runtime::abort(const Status& s) {
   if (stopped_) return;
   stopped_ = true;
   stop_status_ = s;
+  // Device work already handed out may never finish now: its handles report the abort.
+  for (auto& w : outstanding_) {
+    if (auto c = w.lock()) c->fail(s);
+  }
+  outstanding_.clear();
   for (auto& kv : table_) {
     if (!kv.second.active) continue;
     const Request& r = kv.second.request;

@@ -385,35 +385,7 @@ Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std
                                       op, prescale_factor, postscale_factor));
   }
   auto handles = detail::submit_group(*rt, std::move(entries), group);
-  auto all = core::new_handle_state();
-  if (handles.empty()) {
-    all->complete(Status::OK());
-    return Handle(all);
-  }
-  struct Join {
-    std::mutex mu;
-    size_t left;
-    Status first_error;
-  };
-  auto join = std::make_shared<Join>();
-  join->left = handles.size();
-  for (auto& h : handles) {
-    auto cb = [join, all](const Status& st) {
-      std::lock_guard<std::mutex> lk(join->mu);
-      if (!st.ok() && join->first_error.ok()) join->first_error = st;
-      if (--join->left == 0) all->complete(join->first_error);
-    };
-    core::HandleState* hs = h.state();
-    std::unique_lock<std::mutex> lk(hs->mu);
-    if (hs->done.load()) {
-      Status st = hs->status;
-      lk.unlock();
-      cb(st);
-    } else {
-      hs->callback = cb;
-    }
-  }
-  return Handle(all);
+  return core::join_handles(handles);
 }
 
 Handle broadcast_async(const TensorView& tensor, int root_rank, const std::string& name,

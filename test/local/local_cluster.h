@@ -251,17 +251,65 @@ class TestExecutor : public core::Executor {
   std::vector<std::vector<std::string>> batches_;
 };
 
+/// Device work the test finishes by hand: launches counted, and completions that report done
+/// only once `open` is set (with `error` as their status).
+struct DeviceGate {
+  std::atomic<bool> open{false};
+  std::atomic<int> launches{0};
+  std::atomic<int> queries{0};
+  Status error;  // set before opening
+};
+
+/// A TestExecutor for device responses whose work "still runs" after launch(): the data is
+/// reduced at once, but the handles finish only when the gate opens (as if on a GPU stream).
+class AsyncTestExecutor : public TestExecutor {
+ public:
+  AsyncTestExecutor(std::shared_ptr<LocalHub> hub, int rank, std::shared_ptr<DeviceGate> gate)
+      : TestExecutor(std::move(hub), rank), gate_(std::move(gate)) {}
+  Status launch(const Response& r, const std::vector<TensorEntry*>& es,
+                std::shared_ptr<core::Completion>* pending) override {
+    Status s = execute(r, es);
+    ++gate_->launches;
+    *pending = std::make_shared<GateCompletion>(gate_);
+    return s;
+  }
+
+ private:
+  class GateCompletion : public core::Completion {
+   public:
+    explicit GateCompletion(std::shared_ptr<DeviceGate> g) : g_(std::move(g)) {}
+
+   protected:
+    bool query(Status* s) override {
+      ++g_->queries;
+      if (!g_->open.load()) return false;
+      *s = g_->error;
+      return true;
+    }
+
+   private:
+    std::shared_ptr<DeviceGate> g_;
+  };
+  std::shared_ptr<DeviceGate> gate_;
+};
+
 /// N runtimes as N ranks. Negotiation and execution use separate hubs.
 struct Cluster {
   /// `device_executor`: also run device (kCuda) responses through a TestExecutor, so that
   /// device-kind paths can be tested on host memory.
-  explicit Cluster(int n, Config cfg = Config{}, bool device_executor = false)
+  /// `gate`: device responses "finish" only when it opens (AsyncTestExecutor).
+  explicit Cluster(int n, Config cfg = Config{}, bool device_executor = false,
+                   std::shared_ptr<DeviceGate> gate = nullptr)
       : hub(std::make_shared<LocalHub>(n)), exec_hub(std::make_shared<LocalHub>(n)) {
     for (int r = 0; r < n; ++r) {
       auto t = std::make_unique<LocalTransport>(hub, r);
       auto e = std::make_unique<TestExecutor>(exec_hub, r);
       std::unique_ptr<TestExecutor> d;
-      if (device_executor) d = std::make_unique<TestExecutor>(exec_hub, r);
+      if (gate) {
+        d = std::make_unique<AsyncTestExecutor>(exec_hub, r, gate);
+      } else if (device_executor) {
+        d = std::make_unique<TestExecutor>(exec_hub, r);
+      }
       transports.push_back(t.get());
       executors.push_back(e.get());
       device_executors.push_back(d.get());

@@ -47,6 +47,15 @@ class Executor {
   /// Runs `r` (possibly fused: several names) on this rank's entries, given in the response's
   /// name order. Must be called by every rank of the process set for the same response.
   virtual Status execute(const Response& r, const std::vector<TensorEntry*>& entries) = 0;
+  /// Like execute(), but may return while the work still runs on a device: then it sets
+  /// `*pending`, and the handles of `r` finish when that does (the handles poll it; the
+  /// background thread goes on). The entries' buffers must not be reused by the executor until
+  /// then. Default: execute(), nothing pending.
+  virtual Status launch(const Response& r, const std::vector<TensorEntry*>& entries,
+                        std::shared_ptr<Completion>* pending) {
+    (void)pending;
+    return execute(r, entries);
+  }
   /// Human-readable backend name for logs ("mpi", "nccl").
   virtual std::string name() const = 0;
 };

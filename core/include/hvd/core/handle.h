@@ -15,6 +15,28 @@
 namespace hvd {
 namespace core {
 
+/// Device work an executor launched that finishes after the collective was handed to the
+/// device (a GPU collective on its stream). Handles hold it and query it themselves
+/// (Handle::poll, Handle::wait), so the background thread never waits for the device.
+class Completion {
+ public:
+  virtual ~Completion() = default;
+  /// Never blocks: false while the work runs; true once it finished, with its status in *s.
+  /// After fail(), true with that status.
+  bool poll(Status* s);
+  /// From now on poll() reports `why` (an abort: the work may never finish).
+  void fail(const Status& why);
+
+ protected:
+  /// The executor's check: never blocks; true once finished, with its status in *s.
+  virtual bool query(Status* s) = 0;
+
+ private:
+  std::mutex mu_;
+  Status failed_;
+  std::atomic<bool> has_failed_{false};
+};
+
 /// Shared between the user (waiting) and the background thread (completing).
 struct HandleState {
   std::mutex mu;
@@ -32,9 +54,21 @@ struct HandleState {
   /// join: the last rank to join; add_process_set: the new set's id.
   int64_t result = -1;
   std::function<void(const Status&)> callback;
+  /// Device work still running after the collective was launched: added before complete(),
+  /// each removed (under mu) once it finished. Its first error goes to `device_status`, written
+  /// before `device_done` is set (`status` never changes once `done` is set).
+  std::vector<std::shared_ptr<Completion>> device;
+  Status device_status;
+  std::atomic<bool> device_done{true};
 
   /// Completes once; later calls are ignored.
   void complete(Status s);
+  /// Completes once `device` also finishes: `pending` is added to `device` first (null: none).
+  void complete_after(Status s, std::shared_ptr<Completion> pending);
+  /// True once the device work (if any) finished. Never blocks.
+  bool device_settled();
+  /// The final status: `status`, else the device work's (call once done and device_settled()).
+  const Status& final_status() const { return status.ok() ? device_status : status; }
 };
 
 /// A new handle state; its memory is recycled (cheaper than malloc for bursts of thousands).
@@ -71,5 +105,11 @@ class Handle {
  private:
   std::shared_ptr<core::HandleState> s_;
 };
+
+namespace core {
+/// One handle for many: finishes when all of `parts` have (device work included), with the
+/// first error among them.
+Handle join_handles(const std::vector<Handle>& parts);
+}  // namespace core
 
 }  // namespace hvd

@@ -146,6 +146,8 @@ class Runtime {
   std::vector<TensorEntry*> queue_;  // newly enqueued entries (active slots)
   Table table_;                      // name -> slot
   size_t active_ = 0;                // active slots
+  // Device work handed to handles (pruned as it finishes): an abort fails what is left.
+  std::vector<std::weak_ptr<Completion>> outstanding_;
   static constexpr size_t kMaxTable = 8192;
   std::vector<TensorEntry*> fresh_;             // background thread: this round's new entries
   std::vector<const Request*> ready_requests_;  // background thread: execute_cached scratch
