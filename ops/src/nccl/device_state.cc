@@ -79,15 +79,68 @@ Result<std::unique_ptr<DeviceState>> DeviceState::create(int device, MPI_Comm mp
   HVD_CUDA_CHECK(cudaSetDevice(device));
   HVD_CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
   HVD_CUDA_CHECK(cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming));
+  for (DescArea& a : d->areas) {
+    HVD_CUDA_CHECK(cudaEventCreateWithFlags(&a.done, cudaEventDisableTiming));
+  }
+  d->health->device = device;
   return d;
+}
+
+DeviceHealth::~DeviceHealth() {
+  if (free_events.empty() || cudaSetDevice(device) != cudaSuccess) return;
+  for (cudaEvent_t e : free_events) cudaEventDestroy(e);
+}
+
+DeviceCompletion::~DeviceCompletion() {
+  std::lock_guard<std::mutex> lk(health_->mu);
+  health_->free_events.push_back(event_);
+}
+
+bool DeviceCompletion::query(Status* s) {
+  std::lock_guard<std::mutex> lk(health_->mu);
+  if (!health_->error.ok()) {
+    *s = health_->error;
+    return true;
+  }
+  const cudaError_t q = cudaEventQuery(event_);
+  if (q == cudaSuccess) {
+    *s = Status::OK();
+    return true;
+  }
+  if (q != cudaErrorNotReady) {
+    health_->error = cuda_error(q, "cudaEventQuery(completion)", __FILE__, __LINE__);
+    *s = health_->error;
+    return true;
+  }
+  if ((polls_++ & 63) == 0) {
+    for (ncclComm_t c : {health_->comm, health_->local}) {
+      if (!c) continue;
+      ncclResult_t async = ncclSuccess;
+      const ncclResult_t rc = ncclCommGetAsyncError(c, &async);
+      if (rc == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) continue;
+      // The background thread aborts the communicators at its next response (begin()).
+      health_->error =
+          nccl_error(rc != ncclSuccess ? rc : async, "ncclCommGetAsyncError()", __FILE__, __LINE__);
+      *s = health_->error;
+      return true;
+    }
+  }
+  return false;
 }
 
 DeviceState::~DeviceState() {
   if (cudaSetDevice(device) != cudaSuccess) return;  // driver gone (process exit): leak
   if (stream) cudaStreamSynchronize(stream);
-  if (comm) ncclCommDestroy(comm);
-  if (local) ncclCommDestroy(local);
+  {
+    std::lock_guard<std::mutex> lk(health->mu);
+    if (comm) ncclCommDestroy(comm);
+    if (local) ncclCommDestroy(local);
+    health->comm = health->local = nullptr;
+  }
   for (cudaEvent_t e : input_events) cudaEventDestroy(e);
+  for (DescArea& a : areas) {
+    if (a.done) cudaEventDestroy(a.done);
+  }
   if (done) cudaEventDestroy(done);
   if (stream) cudaStreamDestroy(stream);
   int finalized = 0;
@@ -103,6 +156,8 @@ Status DeviceState::ensure_comm() {
   if (comm) return Status::OK();
   Status s = init_comm(mpi, device, &comm);
   if (!s.ok()) comm = nullptr;
+  std::lock_guard<std::mutex> lk(health->mu);
+  health->comm = comm;
   return s;
 }
 
@@ -126,17 +181,32 @@ Status DeviceState::ensure_hierarchical() {
     }
     return Status::OK();
   }
-  return init_comm(local_mpi, device, &local);
+  Status s = init_comm(local_mpi, device, &local);
+  std::lock_guard<std::mutex> lk(health->mu);
+  health->local = local;
+  return s;
 }
 
 Status DeviceState::begin(size_t max_descs) {
+  Status seen;  // an asynchronous error a handle's poll found since the last response
+  {
+    std::lock_guard<std::mutex> lk(health->mu);
+    seen = health->error;
+  }
+  if (!seen.ok() && broken.ok()) abort(seen);
   if (!broken.ok()) return broken;
   HVD_CUDA_CHECK(cudaSetDevice(device));
   descs_used = 0;
+  area = (area + 1) % kDescAreas;
+  DescArea& a = areas[area];
+  // Reused only once the response that last used it has run (normally long ago: this waits
+  // only with kDescAreas responses still on the stream).
+  if (a.used) HVD_CUDA_CHECK(cudaEventSynchronize(a.done));
+  a.used = false;
   const size_t bytes = (max_descs + 1) * sizeof(CopyDesc);
-  auto h = host_descs.get(bytes);
+  auto h = a.host.get(bytes);
   if (!h.ok()) return h.status();
-  auto d = descs.get(bytes);
+  auto d = a.dev.get(bytes);
   if (!d.ok()) return d.status();
   return Status::OK();
 }
@@ -168,13 +238,14 @@ Status DeviceState::wait_inputs(const std::vector<core::TensorEntry*>& es) {
 
 Status DeviceState::copy(const std::vector<CopyDesc>& d, DataType dtype, const Scale& s) {
   if (d.empty()) return Status::OK();
+  DescArea& a = areas[area];
   const size_t need = (descs_used + d.size()) * sizeof(CopyDesc);
-  if (need > host_descs.size || need > descs.size) {
+  if (need > a.host.size || need > a.dev.size) {
     return internal_error("nccl executor: descriptor area too small (" + std::to_string(need) +
                           " bytes)");
   }
-  auto* host = static_cast<CopyDesc*>(host_descs.ptr) + descs_used;
-  auto* dev = static_cast<CopyDesc*>(descs.ptr) + descs_used;
+  auto* host = static_cast<CopyDesc*>(a.host.ptr) + descs_used;
+  auto* dev = static_cast<CopyDesc*>(a.dev.ptr) + descs_used;
   int64_t max_count = 0;
   for (size_t i = 0; i < d.size(); ++i) {
     host[i] = d[i];
@@ -187,7 +258,31 @@ Status DeviceState::copy(const std::vector<CopyDesc>& d, DataType dtype, const S
   return Status::OK();
 }
 
+Status DeviceState::finish_async(std::shared_ptr<core::Completion>* pending) {
+  cudaEvent_t ev = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(health->mu);
+    if (!health->free_events.empty()) {
+      ev = health->free_events.back();
+      health->free_events.pop_back();
+    }
+  }
+  if (!ev) HVD_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  const cudaError_t rc = cudaEventRecord(ev, stream);
+  if (rc != cudaSuccess) {
+    std::lock_guard<std::mutex> lk(health->mu);
+    health->free_events.push_back(ev);
+    return cuda_error(rc, "cudaEventRecord(completion)", __FILE__, __LINE__);
+  }
+  *pending = std::make_shared<DeviceCompletion>(health, ev);
+  HVD_CUDA_CHECK(cudaEventRecord(areas[area].done, stream));
+  areas[area].used = true;
+  return Status::OK();
+}
+
 Status DeviceState::finish() {
+  HVD_CUDA_CHECK(cudaEventRecord(areas[area].done, stream));
+  areas[area].used = true;
   HVD_CUDA_CHECK(cudaEventRecord(done, stream));
   // Spin briefly (small collectives finish in microseconds), then sleep with backoff; check
   // the communicators for asynchronous errors (a dead peer, a network failure) meanwhile.
@@ -224,9 +319,12 @@ Status DeviceState::finish() {
 
 void DeviceState::abort(const Status& why) {
   HVD_LOG(Error) << "NCCL communicator on cuda:" << device << " aborted: " << why.message();
+  std::lock_guard<std::mutex> lk(health->mu);
   if (comm) ncclCommAbort(comm);
   if (local) ncclCommAbort(local);
   comm = local = nullptr;
+  health->comm = health->local = nullptr;
+  if (health->error.ok()) health->error = why;  // handed-out completions report it
   broken = Status(why.code(), "the NCCL communicator on cuda:" + std::to_string(device) +
                                   " was aborted after an earlier error (" + why.message() +
                                   "); restart hvd");

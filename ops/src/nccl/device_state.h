@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,39 @@ struct PinnedBuffer {
   Result<void*> get(size_t bytes);
 };
 
+/// What user threads polling a response's completion share with the background thread: the
+/// communicators (mirrored, to ask ncclCommGetAsyncError; changed only under `mu`), an
+/// asynchronous error seen by anyone, and completion events to reuse.
+struct DeviceHealth {
+  std::mutex mu;
+  int device = -1;
+  ncclComm_t comm = nullptr, local = nullptr;
+  Status error;
+  std::vector<cudaEvent_t> free_events;
+  ~DeviceHealth();
+};
+
+/// A response's GPU work, polled by its handles: its event, then the communicators' async
+/// errors (every 64 polls). Never blocks.
+class DeviceCompletion : public core::Completion {
+ public:
+  DeviceCompletion(std::shared_ptr<DeviceHealth> h, cudaEvent_t ev)
+      : health_(std::move(h)), event_(ev) {}
+  ~DeviceCompletion() override;
+
+ protected:
+  bool query(Status* s) override;
+
+ private:
+  std::shared_ptr<DeviceHealth> health_;
+  cudaEvent_t event_;
+  int polls_ = 0;
+};
+
 /// Everything the executor keeps for one device of one process set. Used only from the
-/// background thread; between responses no GPU work of this state is in flight (finish()).
+/// background thread. Responses are launched back to back on one stream; their handles poll
+/// their completions (finish_async()). Descriptor areas rotate so a response never overwrites
+/// descriptors an earlier one has not consumed yet.
 struct DeviceState {
   int device = -1;
   MPI_Comm mpi = MPI_COMM_NULL;  // the set's data communicator (not owned)
@@ -50,9 +82,19 @@ struct DeviceState {
   ncclComm_t local = nullptr;
   int local_rank = 0, local_size = 1, cross_size = 1;
 
-  DeviceBuffer fusion, gather, scratch, descs;
-  PinnedBuffer host_descs, host_stage, host_float;
+  DeviceBuffer fusion, gather, scratch;
+  PinnedBuffer host_stage, host_float;
+  struct DescArea {
+    DeviceBuffer dev;
+    PinnedBuffer host;
+    cudaEvent_t done = nullptr;  // recorded after the last response that used this area
+    bool used = false;
+  };
+  static constexpr size_t kDescAreas = 4;
+  DescArea areas[kDescAreas];
+  size_t area = 0;        // the current response's area
   size_t descs_used = 0;  // descriptors uploaded during the current response
+  std::shared_ptr<DeviceHealth> health = std::make_shared<DeviceHealth>();
 
   DeviceState() = default;
   DeviceState(const DeviceState&) = delete;
@@ -73,8 +115,11 @@ struct DeviceState {
   /// Uploads `d` and launches ONE batched copy kernel on the stream.
   Status copy(const std::vector<CopyDesc>& d, DataType dtype, const Scale& s);
   /// Records completion and waits for it, checking the communicators for asynchronous
-  /// errors; on one, aborts them (see abort()) and returns the cause.
+  /// errors; on one, aborts them (see abort()) and returns the cause. Used after a failed
+  /// launch, before the buffers are reused.
   Status finish();
+  /// Records completion and hands it to the handles: *pending polls it (no waiting here).
+  Status finish_async(std::shared_ptr<core::Completion>* pending);
   /// Aborts the communicators; every later response on this device fails with `why`.
   void abort(const Status& why);
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "device_state.h"
 #include "executor_util.h"
@@ -54,6 +55,16 @@ Result<DeviceState*> NcclExecutor::device_for(const Response& r,
 }
 
 Status NcclExecutor::execute(const Response& r, const std::vector<TensorEntry*>& es) {
+  std::shared_ptr<core::Completion> pending;
+  Status s = launch(r, es, &pending);
+  if (!pending) return s;
+  Status done;
+  while (!pending->poll(&done)) std::this_thread::yield();
+  return s.ok() ? done : s;
+}
+
+Status NcclExecutor::launch(const Response& r, const std::vector<TensorEntry*>& es,
+                            std::shared_ptr<core::Completion>* pending) {
   auto dev = device_for(r, es);
   if (!dev.ok()) return dev.status();
   DeviceState* d = dev.value();
@@ -81,9 +92,13 @@ Status NcclExecutor::execute(const Response& r, const std::vector<TensorEntry*>&
       return invalid_argument(std::string(core::op_name(r.op)) +
                               " is not supported by the NCCL executor");
   }
-  // Whatever was launched must finish before the buffers are reused or the handles complete.
-  Status f = d->finish();
-  return s.ok() ? f : s;
+  if (!s.ok()) {
+    // Whatever was launched must finish before the buffers are reused or the handles fail.
+    (void)d->finish();
+    return s;
+  }
+  // The handles poll the completion; this thread goes on to the next response.
+  return d->finish_async(pending);
 }
 
 Status NcclExecutor::allreduce(DeviceState* d, const Response& r,

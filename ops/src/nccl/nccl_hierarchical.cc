@@ -23,6 +23,8 @@ Status NcclExecutor::hierarchical_allreduce(DeviceState* d, void* data, int64_t 
   uint8_t* mine = buf + static_cast<size_t>(d->local_rank) * chunk * esize;
   HVD_NCCL_CHECK(ncclReduceScatter(buf, mine, chunk, type, op, d->local, d->stream));
   if (d->cross_size > 1 && chunk > 0) {
+    // Growing frees the pinned buffer an earlier response's copy back may still be reading.
+    if (chunk * esize > d->host_stage.size) HVD_RETURN_IF_ERROR(d->finish());
     auto h = d->host_stage.get(chunk * esize);
     if (!h.ok()) return h.status();
     HVD_CUDA_CHECK(

@@ -35,11 +35,12 @@ struct NcclOptions {
 /// Streams and events: hvd owns one non-blocking stream per device. Before launching, that
 /// stream waits (cudaStreamWaitEvent, on the device) for each input's `ready_event`, or for an
 /// event hvd records on the input's `stream` — never a device-wide synchronisation. Completion
-/// is an event recorded after the last kernel; execute() polls it (spinning briefly, then
-/// sleeping) and checks ncclCommGetAsyncError meanwhile, so an asynchronous NCCL error aborts
-/// the communicator and fails the response instead of hanging; every later response on that
-/// communicator fails with the same cause. (The Executor seam is synchronous: the background
-/// thread waits for this response's GPU work before it completes the handles.)
+/// is an event recorded after the last kernel and handed to the handles (launch() sets
+/// *pending): Handle::poll()/wait() query it and, every 64 queries, ncclCommGetAsyncError, so
+/// the background thread never waits for the GPU and goes on to the next response; an
+/// asynchronous NCCL error fails the handles instead of hanging, the communicator is aborted
+/// at the next response, and every later response on it fails with the same cause. A launch
+/// that fails part-way waits for what it launched before failing.
 ///
 /// Allreduce: a single tensor is reduced in place (input -> output); several are copied into
 /// the device fusion buffer by ONE batched-copy kernel (prescale applied on the way), reduced
@@ -58,7 +59,10 @@ class NcclExecutor : public core::Executor {
  public:
   NcclExecutor(MPI_Comm comm, NcclOptions opts);
   ~NcclExecutor() override;
+  /// launch(), then waiting for the device.
   Status execute(const core::Response& r, const std::vector<core::TensorEntry*>& entries) override;
+  Status launch(const core::Response& r, const std::vector<core::TensorEntry*>& entries,
+                std::shared_ptr<core::Completion>* pending) override;
   std::string name() const override { return "nccl"; }
 
  private:
