@@ -19,6 +19,9 @@ TEST_CASE("reset_for_reuse resets every field and keeps capacity and the cache h
   e.request.reduce_op = ReduceOp::kMax;
   float x[120];
   e.input = TensorView(x, DataType::kFloat64, {4, 5, 6});
+  e.input.device = Device::cuda(1);
+  e.input.stream = &x[1];
+  e.input.ready_event = &x[2];
   e.output = e.input;
   e.handle = new_handle_state();
   e.allocator = [](const std::vector<int64_t>&) -> void* { return nullptr; };
@@ -37,7 +40,15 @@ TEST_CASE("reset_for_reuse resets every field and keeps capacity and the cache h
   CHECK(e.request.splits.empty());
   CHECK(e.input.data == nullptr);
   CHECK(e.input.shape.empty());
-  CHECK(e.output.dtype == DataType::kFloat32);
+  for (const TensorView* v : {&e.input, &e.output}) {
+    const TensorView fresh_view;
+    CHECK(v->data == fresh_view.data);
+    CHECK(v->dtype == fresh_view.dtype);
+    CHECK(v->device == fresh_view.device);
+    CHECK(v->stream == fresh_view.stream);
+    CHECK(v->ready_event == fresh_view.ready_event);
+    CHECK(v->shape.empty());
+  }
   CHECK(e.handle == nullptr);
   CHECK(!e.allocator);
   CHECK(e.cache_hint == 7);
