@@ -81,6 +81,21 @@ struct PoolAllocator {
   }
 };
 
+// Calls `done` until it says yes: yielding for 50 us (device work often finishes that fast),
+// then sleeping with backoff from 5 to 500 us.
+void poll_with_backoff(const std::function<bool()>& done) {
+  const auto start = std::chrono::steady_clock::now();
+  auto sleep = std::chrono::microseconds(5);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(50)) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(500));
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<HandleState> new_handle_state() {
@@ -116,6 +131,12 @@ void Completion::fail(const Status& why) {
   if (has_failed_.load(std::memory_order_relaxed)) return;
   failed_ = why;
   has_failed_.store(true, std::memory_order_release);
+}
+
+Status Completion::wait() {
+  Status s;
+  poll_with_backoff([&] { return poll(&s); });
+  return s;
 }
 
 void HandleState::complete_after(Status s, std::shared_ptr<Completion> pending) {
@@ -176,20 +197,9 @@ Status Handle::wait_status() const {
     }
     core::g_waiting.fetch_sub(1, std::memory_order_relaxed);
   }
-  if (!s_->device_settled()) {
-    // Device work launched by the background thread: look at it ourselves (yielding for a
-    // while, then sleeping with backoff) rather than making that thread wait for the device.
-    const auto start = std::chrono::steady_clock::now();
-    auto sleep = std::chrono::microseconds(5);
-    while (!s_->device_settled()) {
-      if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(50)) {
-        std::this_thread::yield();
-        continue;
-      }
-      std::this_thread::sleep_for(sleep);
-      sleep = std::min(sleep * 2, std::chrono::microseconds(500));
-    }
-  }
+  // Device work launched by the background thread: look at it ourselves rather than making
+  // that thread wait for the device.
+  core::poll_with_backoff([this] { return s_->device_settled(); });
   // Written before done / device_done were set (release), read after (acquire).
   return s_->final_status();
 }

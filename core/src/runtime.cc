@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -15,6 +14,15 @@
 #include "hvd/core/validation.h"
 
 namespace hvd::core {
+
+namespace {
+
+// `s` for one collective: "allreduce 'w': <message>", same code.
+Status about(const Request& r, const Status& s) {
+  return Status(s.code(), std::string(op_name(r.op)) + " '" + r.name + "': " + s.message());
+}
+
+}  // namespace
 
 Runtime::Runtime(Config config, RuntimeParts parts)
     : config_(std::move(config)),
@@ -55,12 +63,7 @@ Handle Runtime::enqueue(TensorEntry entry) {
   if (r.process_set != parts_.process_set) {
     auto child = process_set(r.process_set);
     if (!child.ok()) {
-      if (!entry.handle) entry.handle = new_handle_state();
-      Handle h(entry.handle);
-      entry.handle->complete(
-          Status(child.status().code(),
-                 std::string(op_name(r.op)) + " '" + r.name + "': " + child.status().message()));
-      return h;
+      return refuse([&entry](TensorEntry* e) { *e = std::move(entry); }, child.status());
     }
     return child.value()->enqueue(std::move(entry));
   }
@@ -72,8 +75,7 @@ Handle Runtime::refuse(const std::function<void(TensorEntry*)>& fill, const Stat
   TensorEntry e;
   fill(&e);
   if (!e.handle) e.handle = new_handle_state();
-  e.handle->complete(Status(why.code(), std::string(op_name(e.request.op)) + " '" + e.request.name +
-                                            "': " + why.message()));
+  e.handle->complete(about(e.request, why));
   return Handle(e.handle);
 }
 
@@ -267,9 +269,7 @@ bool Runtime::run_once() {
     stop_status_ = st;
     for (auto& kv : table_) {
       if (!kv.second.active) continue;
-      kv.second.handle->complete(Status(st.code(), std::string(op_name(kv.second.request.op)) +
-                                                       " '" + kv.second.request.name +
-                                                       "': " + st.message()));
+      kv.second.handle->complete(about(kv.second.request, st));
     }
     table_.clear();
     active_ = 0;
@@ -390,8 +390,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
                               "': " + parts_.no_device_reason);
     if (pending && entries.size() != mine.size()) {
       // Stand-ins of a joined rank own scratch that dies with this call: wait for the device.
-      Status done;
-      while (!pending->poll(&done)) std::this_thread::yield();
+      Status done = pending->wait();
       if (s.ok()) s = done;
       pending.reset();
     }
@@ -435,9 +434,7 @@ void Runtime::abort(const Status& s) {
   outstanding_.clear();
   for (auto& kv : table_) {
     if (!kv.second.active) continue;
-    const Request& r = kv.second.request;
-    kv.second.handle->complete(
-        Status(s.code(), std::string(op_name(r.op)) + " '" + r.name + "': " + s.message()));
+    kv.second.handle->complete(about(kv.second.request, s));
   }
   cv_.notify_all();
   exit_cv_.notify_all();  // a shutdown() waiting for the loop stops waiting for good

@@ -3,9 +3,7 @@
 // with asynchronous NCCL error detection.
 #include "device_state.h"
 
-#include <chrono>
 #include <set>
-#include <thread>
 
 #include "hvd/core/logging.h"
 #include "hvd/ops/mpi_util.h"
@@ -78,7 +76,6 @@ Result<std::unique_ptr<DeviceState>> DeviceState::create(int device, MPI_Comm mp
   MPI_Comm_size(mpi, &d->size);
   HVD_CUDA_CHECK(cudaSetDevice(device));
   HVD_CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
-  HVD_CUDA_CHECK(cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming));
   for (DescArea& a : d->areas) {
     HVD_CUDA_CHECK(cudaEventCreateWithFlags(&a.done, cudaEventDisableTiming));
   }
@@ -141,7 +138,6 @@ DeviceState::~DeviceState() {
   for (DescArea& a : areas) {
     if (a.done) cudaEventDestroy(a.done);
   }
-  if (done) cudaEventDestroy(done);
   if (stream) cudaStreamDestroy(stream);
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -281,40 +277,12 @@ Status DeviceState::finish_async(std::shared_ptr<core::Completion>* pending) {
 }
 
 Status DeviceState::finish() {
-  HVD_CUDA_CHECK(cudaEventRecord(areas[area].done, stream));
-  areas[area].used = true;
-  HVD_CUDA_CHECK(cudaEventRecord(done, stream));
-  // Spin briefly (small collectives finish in microseconds), then sleep with backoff; check
-  // the communicators for asynchronous errors (a dead peer, a network failure) meanwhile.
-  const auto start = std::chrono::steady_clock::now();
-  auto sleep = std::chrono::microseconds(5);
-  for (int i = 0;; ++i) {
-    cudaError_t q = cudaEventQuery(done);
-    if (q == cudaSuccess) return Status::OK();
-    if (q != cudaErrorNotReady) {
-      Status s = cuda_error(q, "cudaEventQuery(done)", __FILE__, __LINE__);
-      abort(s);
-      return s;
-    }
-    if ((i & 63) == 0) {
-      for (ncclComm_t c : {comm, local}) {
-        if (!c) continue;
-        ncclResult_t async = ncclSuccess;
-        ncclResult_t rc = ncclCommGetAsyncError(c, &async);
-        if (rc == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) continue;
-        Status s = nccl_error(rc != ncclSuccess ? rc : async, "ncclCommGetAsyncError()", __FILE__,
-                              __LINE__);
-        abort(s);
-        return s;
-      }
-    }
-    if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(50)) {
-      std::this_thread::yield();
-      continue;
-    }
-    std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, std::chrono::microseconds(500));
-  }
+  // The same completion the handles poll (event, then async NCCL errors), waited for here.
+  std::shared_ptr<core::Completion> pending;
+  HVD_RETURN_IF_ERROR(finish_async(&pending));
+  Status s = pending->wait();
+  if (!s.ok() && broken.ok()) abort(s);
+  return s;
 }
 
 void DeviceState::abort(const Status& why) {

@@ -71,7 +71,6 @@ struct DeviceState {
   MPI_Comm mpi = MPI_COMM_NULL;  // the set's data communicator (not owned)
   int rank = 0, size = 1;
   cudaStream_t stream = nullptr;
-  cudaEvent_t done = nullptr;
   std::vector<cudaEvent_t> input_events;  // recorded on producers' streams
   ncclComm_t comm = nullptr;              // all ranks of the set; lazily created
   Status broken;                          // set once a communicator was aborted

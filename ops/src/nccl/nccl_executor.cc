@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 
 #include "device_state.h"
 #include "executor_util.h"
@@ -58,8 +57,7 @@ Status NcclExecutor::execute(const Response& r, const std::vector<TensorEntry*>&
   std::shared_ptr<core::Completion> pending;
   Status s = launch(r, es, &pending);
   if (!pending) return s;
-  Status done;
-  while (!pending->poll(&done)) std::this_thread::yield();
+  Status done = pending->wait();
   return s.ok() ? done : s;
 }
 

@@ -26,6 +26,9 @@ class Completion {
   bool poll(Status* s);
   /// From now on poll() reports `why` (an abort: the work may never finish).
   void fail(const Status& why);
+  /// Blocks until poll() reports (yielding for 50 us, then sleeping 5-500 us between polls)
+  /// and returns its status.
+  Status wait();
 
  protected:
   /// The executor's check: never blocks; true once finished, with its status in *s.
