@@ -12,20 +12,6 @@
 
 namespace hvd::ops::nccl {
 
-/// The scaling the host executor applies for `factor` (integers: an exact 1/n divides).
-inline Scale make_scale(DataType t, double factor) {
-  Scale s;
-  s.factor = factor;
-  if (!dtype_is_floating(t) && factor < 1.0 && factor > 0.0) {
-    const double inv = 1.0 / factor, r = std::round(inv);
-    if (r >= 2.0 && std::fabs(inv - r) < 1e-9) {
-      s.factor = 1.0;
-      s.divisor = static_cast<int64_t>(r);
-    }
-  }
-  return s;
-}
-
 inline Status unsupported_dtype(const core::Response& r) {
   return invalid_argument(std::string(core::op_name(r.op)) + " '" + r.names.front() +
                           "': " + dtype_name(r.dtype) +

@@ -137,33 +137,25 @@ Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
   }
 
   // Fused: offsets aligned to 16 bytes (padding is reduced too, and ignored).
-  const size_t align = 16 / std::min<size_t>(esize, 16);
-  std::vector<int64_t> off(es.size());
-  int64_t total = 0;
-  for (size_t i = 0; i < es.size(); ++i) {
-    off[i] = total;
-    total += (es[i]->input.numel() + static_cast<int64_t>(align) - 1) /
-             static_cast<int64_t>(align) * static_cast<int64_t>(align);
-  }
-  const int64_t lsize = hier ? d->local_size : 1;
-  const int64_t padded = (total + lsize - 1) / lsize * lsize;
-  auto fb = d->fusion.get(static_cast<size_t>(std::max<int64_t>(padded, 1)) * esize);
+  std::vector<int64_t> numels(es.size());
+  for (size_t i = 0; i < es.size(); ++i) numels[i] = es[i]->input.numel();
+  const FusedLayout l = fused_layout(numels, esize, hier ? d->local_size : 1);
+  auto fb = d->fusion.get(static_cast<size_t>(std::max<int64_t>(l.padded, 1)) * esize);
   if (!fb.ok()) return fb.status();
   auto* buf = static_cast<uint8_t*>(fb.value());
   std::vector<CopyDesc> cin, cout;
   for (size_t i = 0; i < es.size(); ++i) {
-    uint8_t* slot = buf + static_cast<size_t>(off[i]) * esize;
-    const int64_t n = es[i]->input.numel();
+    uint8_t* slot = buf + static_cast<size_t>(l.offset[i]) * esize;
     const bool ok = in.valid(i);
-    cin.push_back({ok ? es[i]->input.data : nullptr, slot, n});
-    if (ok) cout.push_back({slot, es[i]->output.data, n});
+    cin.push_back({ok ? es[i]->input.data : nullptr, slot, numels[i]});
+    if (ok) cout.push_back({slot, es[i]->output.data, numels[i]});
   }
   HVD_RETURN_IF_ERROR(d->copy(cin, r.dtype, pre));
   if (hier) {
-    HVD_RETURN_IF_ERROR(hierarchical_allreduce(d, buf, padded, r));
+    HVD_RETURN_IF_ERROR(hierarchical_allreduce(d, buf, l.padded, r));
   } else {
     HVD_NCCL_CHECK(
-        ncclAllReduce(buf, buf, static_cast<size_t>(total), type, op, d->comm, d->stream));
+        ncclAllReduce(buf, buf, static_cast<size_t>(l.total), type, op, d->comm, d->stream));
   }
   HVD_RETURN_IF_ERROR(d->copy(cout, r.dtype, out_scale));
   return in.status();

@@ -9,26 +9,9 @@
 #include <cstdint>
 
 #include "hvd/core/types.h"
+#include "hvd/ops/nccl/plan.h"
 
 namespace hvd::ops::nccl {
-
-/// One tensor's piece of a batched copy: `count` elements from `src` to `dst` (device
-/// pointers). A null `src` writes zeros (a joined rank's stand-in contribution).
-struct CopyDesc {
-  const void* src;
-  void* dst;
-  int64_t count;
-};
-
-/// How elements are scaled on the way: floating types are multiplied by `factor` (float16 and
-/// bfloat16 through float); integers are divided by `divisor` when it is > 1 (Average of
-/// integers truncates, as on the host), else multiplied in double and truncated when
-/// `factor` != 1.
-struct Scale {
-  double factor = 1.0;
-  int64_t divisor = 1;
-  bool identity() const { return factor == 1.0 && divisor <= 1; }
-};
 
 /// Runs every copy of `descs` (already in device memory, `n` of them, `max_count` the largest
 /// count) in ONE kernel launch on `stream`. A pure copy moves 16 bytes per thread where the

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+// One thread's share of a batched-copy piece: the body of the NCCL executor's copy kernels
+// (kernels.cu), written once for the device and the host so that the [unit] tests replay a whole
+// launch grid on the CPU (alignment, tails, zero fill, scaling of every dtype).
+// Thread `tid` of `stride` threads working on piece `d` handles elements tid, tid + stride, ...
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <vector_types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "hvd/ops/nccl/plan.h"
+
+#ifdef __CUDACC__
+#define HVD_HOST_DEVICE __host__ __device__
+#else
+#define HVD_HOST_DEVICE
+#endif
+
+namespace hvd::ops::nccl::body {
+
+/// A pure copy (or zero fill when d.src is null): 16-byte words when both pointers are
+/// 16-byte aligned, then the tail byte by byte.
+HVD_HOST_DEVICE inline void copy_bytes(const CopyDesc& d, size_t esize, size_t tid, size_t stride) {
+  const size_t bytes = static_cast<size_t>(d.count) * esize;
+  auto* dst = static_cast<unsigned char*>(d.dst);
+  if (d.src == nullptr) {
+    for (size_t i = tid; i < bytes; i += stride) dst[i] = 0;
+    return;
+  }
+  const auto* src = static_cast<const unsigned char*>(d.src);
+  const bool aligned =
+      ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15) == 0;
+  size_t done = 0;
+  if (aligned) {
+    const size_t words = bytes / 16;
+    const auto* s4 = reinterpret_cast<const uint4*>(src);
+    auto* d4 = reinterpret_cast<uint4*>(dst);
+    for (size_t i = tid; i < words; i += stride) d4[i] = s4[i];
+    done = words * 16;
+  }
+  for (size_t i = done + tid; i < bytes; i += stride) dst[i] = src[i];
+}
+
+template <typename T>
+struct Conv {
+  HVD_HOST_DEVICE static float to(T x) { return static_cast<float>(x); }
+  HVD_HOST_DEVICE static T from(float x) { return static_cast<T>(x); }
+};
+template <>
+struct Conv<__half> {
+  HVD_HOST_DEVICE static float to(__half x) { return __half2float(x); }
+  HVD_HOST_DEVICE static __half from(float x) { return __float2half_rn(x); }
+};
+template <>
+struct Conv<__nv_bfloat16> {
+  HVD_HOST_DEVICE static float to(__nv_bfloat16 x) { return __bfloat162float(x); }
+  HVD_HOST_DEVICE static __nv_bfloat16 from(float x) { return __float2bfloat16_rn(x); }
+};
+
+/// x scaled as the host executor scales: double in double, float / float16 / bfloat16 in
+/// float, integers divided exactly by `divisor` (> 1, an average) or multiplied in double and
+/// truncated.
+template <typename T>
+HVD_HOST_DEVICE inline T scale_one(T x, double factor, int64_t divisor) {
+  if constexpr (std::is_same_v<T, double>) {
+    return x * factor;
+  } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, __half> ||
+                       std::is_same_v<T, __nv_bfloat16>) {
+    return Conv<T>::from(Conv<T>::to(x) * static_cast<float>(factor));
+  } else {
+    if (divisor > 1) return static_cast<T>(static_cast<int64_t>(x) / divisor);
+    return static_cast<T>(static_cast<double>(x) * factor);
+  }
+}
+
+/// A scaled copy element by element (zeros when d.src is null).
+template <typename T>
+HVD_HOST_DEVICE inline void copy_scaled(const CopyDesc& d, double factor, int64_t divisor,
+                                        int64_t tid, int64_t stride) {
+  auto* dst = static_cast<T*>(d.dst);
+  const auto* src = static_cast<const T*>(d.src);
+  for (int64_t i = tid; i < d.count; i += stride) {
+    dst[i] = src ? scale_one<T>(src[i], factor, divisor) : Conv<T>::from(0.0f);
+  }
+}
+
+}  // namespace hvd::ops::nccl::body
