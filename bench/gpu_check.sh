@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# One visit to a GPU machine (< 8 min): build the NCCL executors, run the [gpu] tests and the
-# CPU-side device routing test, then the GPU benchmark (hvd vs raw ncclAllReduce). Output goes
-# to stdout and to $OUT_DIR (default: build-gpu-check/gpu-check) for the README.
+# One visit to a GPU machine that has hvd's build dependencies (Open MPI, Catch2, CUDA, NCCL)
+# (< 8 min): build the NCCL executors, run the [gpu] tests and the device routing test, then
+# the GPU benchmark (hvd vs raw ncclAllReduce). Output goes to stdout and to $OUT_DIR (default:
+# build-gpu-check/gpu-check) for the README.
 #   bench/gpu_check.sh            # from the repository root
+# The lent device machine has no Open MPI or Catch2 and cannot install them: there, run the
+# same steps from a bundle built here instead (scripts/gpu_bundle.sh, then
+# `bash .gpu-bundle/run.sh` with the device tool, carry [".gpu-bundle"]).
 # Environment: BUILD_DIR, OUT_DIR, CUDA_HOME / NCCL_HOME (default /usr/local/cuda), JOBS.
 set -uo pipefail
 cd "$(dirname "$0")/.."

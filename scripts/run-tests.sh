@@ -31,6 +31,11 @@ if [[ "${HVD_SKIP_SANITIZERS:-0}" != 1 ]]; then
     ctest --test-dir build-tsan --output-on-failure -L local || fail=1
 fi
 
+if grep -rqs '#define HVD_HAVE_NCCL 1' "$BUILD" --include=config.h; then
+  step "GPU check bundle: built, then run with Open MPI, PMIx and the CUDA toolkit hidden"
+  { scripts/gpu_bundle.sh "$BUILD" && scripts/gpu_bundle.sh --selftest; } || fail=1
+fi
+
 step "lint"
 scripts/lint.sh "$BUILD" || fail=1
 
