@@ -2,6 +2,8 @@
 // Output allocation for collectives whose output size negotiation decides.
 #include "hvd/core/executor.h"
 
+#include <exception>
+
 namespace hvd::core {
 
 namespace {
@@ -47,7 +49,15 @@ Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(t);
   void* data = nullptr;
   if (e->allocator) {
-    data = e->allocator(shape);
+    // A framework allocator may throw (out of memory): a status for this tensor, never an
+    // exception through the background thread.
+    try {
+      data = e->allocator(shape);
+    } catch (const std::exception& ex) {
+      return internal_error(std::string(op_name(e->request.op)) + " '" + e->request.name +
+                            "': the output allocator failed for shape " + shape_str(shape) + ": " +
+                            ex.what());
+    }
     if (data == nullptr && bytes > 0) {
       return invalid_argument(std::string(op_name(e->request.op)) + " '" + e->request.name +
                               "': the output allocator returned null for shape " +

@@ -118,9 +118,13 @@ Handle Runtime::enqueue_with(const std::string& name,
   } else {
     bad = validate_local(r, size_);
   }
-  if (bad.ok() && slot.input.device.kind == DeviceKind::kCuda && !parts_.device_executor) {
-    bad = invalid_argument(std::string(op_name(r.op)) + " '" + r.name + "': tensor is on " +
-                           slot.input.device.str() + " but " + parts_.no_device_reason);
+  if (bad.ok() && slot.input.device.kind == DeviceKind::kCuda) {
+    if (!parts_.device_executor) {
+      bad = invalid_argument(std::string(op_name(r.op)) + " '" + r.name + "': tensor is on " +
+                             slot.input.device.str() + " but " + parts_.no_device_reason);
+    } else {
+      bad = parts_.device_executor->prepare_input(&slot);  // on this thread: the producer's
+    }                                                      // stream as of now
   }
   if (!bad.ok()) {  // the slot stays idle
     std::shared_ptr<HandleState> hs = std::move(slot.handle);

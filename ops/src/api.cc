@@ -169,12 +169,13 @@ Status init_locked(Global& s) {
   core::RuntimeParts parts;
   parts.transport = std::make_unique<ops::MpiTransport>(s.negotiation, should_abort);
   parts.host_executor = std::make_unique<ops::MpiExecutor>(s.data);
-  ops::add_device_executor(&parts, s.data, cfg.value());
-  parts.make_process_set = [parent = s.data, world_rank = s.rank, multiple = s.threads_multiple,
+  ops::add_device_executor(&parts, s.data, cfg.value(), s.local_rank);
+  parts.make_process_set = [parent = s.data, world_rank = s.rank, local_rank = s.local_rank,
+                            multiple = s.threads_multiple,
                             should_abort](int32_t id, const std::vector<int32_t>& ranks,
                                           core::RuntimeParts* out) {
-    return detail::make_process_set_parts(parent, world_rank, multiple, should_abort, id, ranks,
-                                          out);
+    return detail::make_process_set_parts(parent, world_rank, local_rank, multiple, should_abort,
+                                          id, ranks, out);
   };
   s.runtime = std::make_unique<core::Runtime>(cfg.value(), std::move(parts));
   if (mon) {

@@ -44,8 +44,10 @@ core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
                                   double pre, double post);
 /// The ProcessSetFactory of the MPI backend: splits `parent` (collective over all ranks, on the
 /// global background thread) into a negotiation and a data communicator for `ranks`.
-Status make_process_set_parts(MPI_Comm parent, int world_rank, bool threads_multiple,
-                              std::function<Status()> should_abort, int32_t id,
-                              const std::vector<int32_t>& ranks, core::RuntimeParts* out);
+/// `local_rank`: this process's rank on its node (its default GPU).
+Status make_process_set_parts(MPI_Comm parent, int world_rank, int local_rank,
+                              bool threads_multiple, std::function<Status()> should_abort,
+                              int32_t id, const std::vector<int32_t>& ranks,
+                              core::RuntimeParts* out);
 
 }  // namespace hvd::detail

@@ -26,9 +26,10 @@ struct SetComms {
 
 }  // namespace
 
-Status make_process_set_parts(MPI_Comm parent, int world_rank, bool threads_multiple,
-                              std::function<Status()> should_abort, int32_t id,
-                              const std::vector<int32_t>& ranks, core::RuntimeParts* out) {
+Status make_process_set_parts(MPI_Comm parent, int world_rank, int local_rank,
+                              bool threads_multiple, std::function<Status()> should_abort,
+                              int32_t id, const std::vector<int32_t>& ranks,
+                              core::RuntimeParts* out) {
   if (!threads_multiple) {
     // Every rank reaches the same verdict: the thread level is the same job-wide.
     return precondition(
@@ -47,7 +48,7 @@ Status make_process_set_parts(MPI_Comm parent, int world_rank, bool threads_mult
   out->process_set = id;
   out->transport = std::make_unique<ops::MpiTransport>(comms->negotiation, std::move(should_abort));
   out->host_executor = std::make_unique<ops::MpiExecutor>(comms->data);
-  ops::add_device_executor(out, comms->data, runtime("add_process_set").config());
+  ops::add_device_executor(out, comms->data, runtime("add_process_set").config(), local_rank);
   out->resources = comms;
   return Status::OK();
 }

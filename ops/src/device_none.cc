@@ -8,7 +8,7 @@
 namespace hvd::ops {
 
 void add_device_executor(core::RuntimeParts* parts, MPI_Comm /*data*/,
-                         const core::Config& /*config*/) {
+                         const core::Config& /*config*/, int /*local_rank*/) {
   parts->device_executor.reset();
   parts->no_device_reason =
       "this build of hvd has no GPU support (built with HVD_WITH_NCCL=OFF or NCCL not found)";

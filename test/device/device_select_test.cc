@@ -19,7 +19,7 @@ TEST_CASE("the build reports whether it has NCCL", "[mpi]") {
 
 TEST_CASE("add_device_executor gives an executor or a reason", "[mpi]") {
   core::RuntimeParts parts;
-  ops::add_device_executor(&parts, MPI_COMM_WORLD, core::Config{});
+  ops::add_device_executor(&parts, MPI_COMM_WORLD, core::Config{}, 0);
   if (parts.device_executor) {
     REQUIRE(HVD_HAVE_NCCL == 1);
     REQUIRE(parts.device_executor->name() == "nccl");

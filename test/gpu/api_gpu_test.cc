@@ -40,6 +40,27 @@ TEST_CASE("gpu allreduce waits for the producer's stream", "[gpu]") {
   cudaStreamDestroy(s);
 }
 
+TEST_CASE("gpu allreduce does not wait for work queued after the submission", "[gpu]") {
+  HVD_GPU_OR_SKIP();
+  const int n = 1024;
+  gputest::DevBuf buf(n * sizeof(float)), later(n * sizeof(float));
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  gputest::launch_slow_fill(static_cast<float*>(buf.p), n, 2.0f, 20, s);  // the producer
+  TensorView v(buf.p, DataType::kFloat32, {n}, Device::cuda(0));
+  v.stream = s;
+  Handle h = hvd::allreduce_async(v, "before.later.work");
+  // Queued on the producer's stream after the submission: ~2 s of unrelated work.
+  gputest::launch_slow_fill(static_cast<float*>(later.p), n, 5.0f, 2000, s);
+  h.wait();
+  // The reduction finished while the later kernel still runs: hvd waited only for what the
+  // stream held at submission.
+  REQUIRE(cudaStreamQuery(s) == cudaErrorNotReady);
+  REQUIRE(gputest::download(DataType::kFloat32, buf.p, n).back() == 2.0 * hvd::size());
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  cudaStreamDestroy(s);
+}
+
 TEST_CASE("gpu many small device tensors through the API", "[gpu]") {
   HVD_GPU_OR_SKIP();
   std::vector<std::unique_ptr<gputest::DevBuf>> bufs;

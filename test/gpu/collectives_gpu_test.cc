@@ -74,6 +74,7 @@ TEST_CASE("gpu hierarchical allreduce matches the flat result", "[gpu]") {
   HVD_GPU_OR_SKIP();
   ops::nccl::NcclOptions o;
   o.hierarchical_allreduce = true;
+  o.force_hierarchical = true;  // one node: NCCL reduce-scatter + allgather all the same
   for (DataType t : kTypes) {
     INFO(dtype_name(t));
     Harness h(o);
@@ -194,4 +195,39 @@ TEST_CASE("gpu errors: a host pointer gives a status, and the device stays usabl
   auto ok = gputest::upload(DataType::kFloat32, values(64, 0));
   h.add("ok", DataType::kFloat32, {64}, ok->p);
   REQUIRE(h.run(response(OpType::kAllreduce, DataType::kFloat32, {"ok"}, {64})).ok());
+}
+
+TEST_CASE("gpu responses launched back to back outnumber the descriptor areas", "[gpu]") {
+  HVD_GPU_OR_SKIP();
+  // 12 fused responses in flight at once (4 descriptor areas rotate): each is checked after
+  // all were launched, so a descriptor or buffer reused too early shows as a wrong sum.
+  constexpr int kResponses = 12;
+  std::vector<std::unique_ptr<Harness>> hs;
+  std::vector<std::vector<std::unique_ptr<gputest::DevBuf>>> bufs(kResponses);
+  std::vector<std::shared_ptr<core::Completion>> done(kResponses);
+  for (int k = 0; k < kResponses; ++k) {
+    hs.push_back(std::make_unique<Harness>());
+    std::vector<std::string> names;
+    std::vector<int64_t> numels;
+    for (int i = 0; i < 3; ++i) {
+      const int64_t n = 1000 + 500 * k + i;
+      bufs[k].push_back(gputest::upload(DataType::kFloat32, values(static_cast<size_t>(n), k + i)));
+      names.push_back("r" + std::to_string(k) + "." + std::to_string(i));
+      numels.push_back(n);
+      hs.back()->add(names.back(), DataType::kFloat32, {n}, bufs[k].back()->p);
+    }
+    auto r = response(OpType::kAllreduce, DataType::kFloat32, names, numels);
+    r.postscale = 1.0 + k;
+    REQUIRE(hs.back()->launch(r, &done[k]).ok());
+    REQUIRE(done[k] != nullptr);
+  }
+  for (int k = 0; k < kResponses; ++k) {
+    REQUIRE(done[k]->wait().ok());
+    for (int i = 0; i < 3; ++i) {
+      const size_t n = static_cast<size_t>(1000 + 500 * k + i);
+      auto got = gputest::download(DataType::kFloat32, bufs[k][i]->p, n);
+      auto want = values(n, k + i);
+      for (size_t j = 0; j < n; ++j) REQUIRE(got[j] == want[j] * (1.0 + k));
+    }
+  }
 }

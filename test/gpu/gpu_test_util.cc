@@ -3,6 +3,9 @@
 
 #include <mpi.h>
 
+#include <map>
+#include <utility>
+
 namespace hvd::gputest {
 
 std::vector<uint8_t> encode(DataType t, const std::vector<double>& v) {
@@ -104,8 +107,12 @@ std::vector<double> download(DataType t, const void* dev, size_t n) {
   return decode(t, bytes.data(), n);
 }
 
-Harness::Harness(ops::nccl::NcclOptions o)
-    : ex(std::make_unique<ops::nccl::NcclExecutor>(MPI_COMM_WORLD, o)) {}
+Harness::Harness(ops::nccl::NcclOptions o) {
+  static std::map<std::pair<bool, bool>, std::shared_ptr<ops::nccl::NcclExecutor>> shared;
+  auto& slot = shared[{o.hierarchical_allreduce, o.force_hierarchical}];
+  if (!slot) slot = std::make_shared<ops::nccl::NcclExecutor>(MPI_COMM_WORLD, o);
+  ex = slot;
+}
 
 core::TensorEntry& Harness::add(const std::string& name, DataType t, std::vector<int64_t> shape,
                                 void* in, void* out) {
@@ -133,12 +140,19 @@ void Harness::device_allocators() {
 }
 
 Status Harness::run(const core::Response& r) {
+  std::shared_ptr<core::Completion> done;
+  Status s = launch(r, &done);
+  Status finished = done ? done->wait() : Status::OK();
+  return s.ok() ? finished : s;
+}
+
+Status Harness::launch(const core::Response& r, std::shared_ptr<core::Completion>* done) {
   std::vector<core::TensorEntry*> ptrs;
   for (auto& e : entries) {
     e->request.op = r.op;
     ptrs.push_back(e.get());
   }
-  return ex->execute(r, ptrs);
+  return ex->launch(r, ptrs, done);
 }
 
 core::Response response(core::OpType op, DataType t, const std::vector<std::string>& names,

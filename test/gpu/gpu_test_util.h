@@ -59,7 +59,8 @@ std::vector<double> decode(DataType t, const void* bytes, size_t n);
 std::unique_ptr<DevBuf> upload(DataType t, const std::vector<double>& v);
 std::vector<double> download(DataType t, const void* dev, size_t n);
 
-/// Entries plus the executor: build entries, then run(response).
+/// Entries plus the executor: build entries, then run(response). Harnesses with the same
+/// options share one executor (one NCCL communicator for the whole test binary).
 struct Harness {
   explicit Harness(ops::nccl::NcclOptions o = {});
   /// An entry over device buffer `in` (and `out`, or in place), request name `name`.
@@ -68,8 +69,10 @@ struct Harness {
   /// Gives every entry an allocator that cudaMallocs (kept alive by the harness).
   void device_allocators();
   Status run(const core::Response& r);
+  /// Launches `r` without waiting: *done finishes when the device has run it.
+  Status launch(const core::Response& r, std::shared_ptr<core::Completion>* done);
 
-  std::unique_ptr<ops::nccl::NcclExecutor> ex;
+  std::shared_ptr<ops::nccl::NcclExecutor> ex;
   std::vector<std::unique_ptr<core::TensorEntry>> entries;
   std::vector<std::unique_ptr<DevBuf>> allocated;
 };

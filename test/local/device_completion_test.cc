@@ -122,3 +122,34 @@ TEST_CASE("join_handles waits for every part's device work and keeps the first e
   REQUIRE(j2.wait_status().message() == "bad part");
   REQUIRE(join_handles({}).poll());
 }
+
+TEST_CASE("device inputs are prepared on the submitting thread, before the response runs",
+          "[local]") {
+  Cluster c(2, Config{}, /*device_executor=*/true);
+  c.start_all();
+  const auto me = std::this_thread::get_id();
+  Tensor<float> a0({1.0f, 2.0f}), a1({3.0f, 4.0f});
+  Tensor<float> h0({1.0f}), h1({2.0f});
+  Handle d0 = submit(c[0], "dev", a0, on_device()), d1 = submit(c[1], "dev", a1, on_device());
+  Handle k0 = submit(c[0], "host", h0), k1 = submit(c[1], "host", h1);
+  for (Handle* h : {&d0, &d1, &k0, &k1}) await_ok(*h, "prepared collectives");
+  REQUIRE(a0.out == std::vector<float>{4.0f, 6.0f});
+  for (int r = 0; r < 2; ++r) {
+    // Once per device submission (host tensors are not the device executor's), on this thread,
+    // and the event it set is what the executor saw when the response ran.
+    REQUIRE(c.device_executors[r]->prepared_on() == std::vector<std::thread::id>{me});
+    REQUIRE(c.device_executors[r]->marked() == 1);
+  }
+  // A refusal fails the submission at once with the executor's message; nothing is queued.
+  c.device_executors[0]->refuse_prepare(invalid_argument("allreduce 'bad': stream is gone"));
+  Tensor<float> b0({1.0f});
+  Status s = await(submit(c[0], "bad", b0, on_device()), "refused submission");
+  REQUIRE(s.message().find("stream is gone") != std::string::npos);
+  c.device_executors[0]->refuse_prepare(Status::OK());
+  Tensor<float> e0({5.0f}), e1({6.0f});
+  Handle g0 = submit(c[0], "dev", e0, on_device()), g1 = submit(c[1], "dev", e1, on_device());
+  await_ok(g0, "after a refusal");
+  await_ok(g1, "after a refusal");
+  REQUIRE(e1.out == std::vector<float>{11.0f});
+  REQUIRE(c.device_executors[0]->marked() == 2);
+}

@@ -49,6 +49,7 @@ class TestExecutor : public core::Executor {
     }
     for (size_t i = 0; i < es.size(); ++i) {
       if (es[i]->request.name != r.names[i]) return internal_error("entries out of name order");
+      if (es[i]->input.ready_event == &kSubmitMark) ++marked_;
     }
     if (r.op == OpType::kBroadcast) return broadcast(r, es);
     if (r.op == OpType::kAllgather) return allgather(r, es);
@@ -69,6 +70,26 @@ class TestExecutor : public core::Executor {
     }
   }
   std::string name() const override { return "local-test"; }
+
+  /// As a device executor: notes the submitting thread, then refuses with the error set by
+  /// refuse_prepare() or marks the input's ready_event (execute() counts marked entries).
+  Status prepare_input(TensorEntry* e) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    prepared_on_.push_back(std::this_thread::get_id());
+    if (!prepare_error_.ok()) return prepare_error_;
+    if (!e->input.ready_event) e->input.ready_event = &kSubmitMark;
+    return Status::OK();
+  }
+  void refuse_prepare(Status s) {
+    std::lock_guard<std::mutex> lk(mu_);
+    prepare_error_ = std::move(s);
+  }
+  std::vector<std::thread::id> prepared_on() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return prepared_on_;
+  }
+  /// Entries executed with the ready_event prepare_input set.
+  int marked() const { return marked_.load(); }
 
   /// Names of every executed response (one element per fused batch), in execution order.
   std::vector<std::vector<std::string>> batches() const {
@@ -249,6 +270,10 @@ class TestExecutor : public core::Executor {
   int rank_;
   mutable std::mutex mu_;
   std::vector<std::vector<std::string>> batches_;
+  std::vector<std::thread::id> prepared_on_;
+  Status prepare_error_;
+  std::atomic<int> marked_{0};
+  static inline int kSubmitMark = 0;
 };
 
 /// Device work the test finishes by hand: launches counted, and completions that report done

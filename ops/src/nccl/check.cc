@@ -13,6 +13,9 @@ std::string call_name(const char* call) {
 }  // namespace
 
 Status cuda_error(cudaError_t code, const char* call, const char* file, int line) {
+  // Handled here: clear it, or the next kernel launch's cudaGetLastError() would report it
+  // (sticky errors, a broken context, stay regardless).
+  cudaGetLastError();
   return internal_error(call_name(call) + " failed: " + cudaGetErrorString(code) + " (" +
                         cudaGetErrorName(code) + ") at " + file + ":" + std::to_string(line));
 }

@@ -7,7 +7,8 @@
 
 namespace hvd::ops {
 
-void add_device_executor(core::RuntimeParts* parts, MPI_Comm data, const core::Config& config) {
+void add_device_executor(core::RuntimeParts* parts, MPI_Comm data, const core::Config& config,
+                         int local_rank) {
   parts->device_executor.reset();
   auto count = nccl::usable_device_count();
   if (!count.ok()) {
@@ -19,6 +20,7 @@ void add_device_executor(core::RuntimeParts* parts, MPI_Comm data, const core::C
   }
   nccl::NcclOptions opts;
   opts.hierarchical_allreduce = config.hierarchical_allreduce;
+  opts.default_device = local_rank % count.value();
   parts->device_executor = std::make_unique<nccl::NcclExecutor>(data, opts);
   parts->no_device_reason.clear();
 }

@@ -3,6 +3,7 @@
 // with asynchronous NCCL error detection.
 #include "device_state.h"
 
+#include <algorithm>
 #include <set>
 
 #include "hvd/core/logging.h"
@@ -13,9 +14,8 @@ namespace hvd::ops::nccl {
 namespace {
 
 size_t round_up(size_t n) {
-  size_t r = 1 << 20;
-  while (r < n) r *= 2;
-  return r;
+  constexpr size_t kGrain = 2 << 20;
+  return (std::max<size_t>(n, 1) + kGrain - 1) / kGrain * kGrain;
 }
 
 // Collective over `mpi`: rank 0 makes the id and broadcasts it with a success flag, so a failed
@@ -39,31 +39,39 @@ Status init_comm(MPI_Comm mpi, int device, ncclComm_t* out) {
 }  // namespace
 
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr) cudaFree(ptr);
+  if (ptr) cudaFree(ptr);  // teardown: waits for the device (the owner synchronised already)
 }
 
 Result<void*> DeviceBuffer::get(size_t bytes) {
   if (bytes <= size && ptr) return ptr;
-  if (ptr) cudaFree(ptr);
-  ptr = nullptr;
-  size = 0;
   const size_t n = round_up(bytes);
-  HVD_CUDA_CHECK(cudaMalloc(&ptr, n));
+  void* fresh = nullptr;
+  if (async) {
+    HVD_CUDA_CHECK(cudaMallocAsync(&fresh, n, stream));
+    if (ptr) HVD_CUDA_CHECK(cudaFreeAsync(ptr, stream));
+  } else {
+    if (ptr) HVD_CUDA_CHECK(cudaFree(ptr));
+    ptr = nullptr;
+    size = 0;
+    HVD_CUDA_CHECK(cudaMalloc(&fresh, n));
+  }
+  ptr = fresh;
   size = n;
   return ptr;
 }
 
 PinnedBuffer::~PinnedBuffer() {
   if (ptr) cudaFreeHost(ptr);
+  for (void* p : retired) cudaFreeHost(p);
 }
 
 Result<void*> PinnedBuffer::get(size_t bytes) {
   if (bytes <= size && ptr) return ptr;
-  if (ptr) cudaFreeHost(ptr);
-  ptr = nullptr;
-  size = 0;
   const size_t n = round_up(bytes);
-  HVD_CUDA_CHECK(cudaMallocHost(&ptr, n));
+  void* fresh = nullptr;
+  HVD_CUDA_CHECK(cudaMallocHost(&fresh, n));
+  if (ptr) retired.push_back(ptr);
+  ptr = fresh;
   size = n;
   return ptr;
 }
@@ -76,16 +84,31 @@ Result<std::unique_ptr<DeviceState>> DeviceState::create(int device, MPI_Comm mp
   MPI_Comm_size(mpi, &d->size);
   HVD_CUDA_CHECK(cudaSetDevice(device));
   HVD_CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+  int pools = 0;
+  if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess) {
+    cudaGetLastError();
+    pools = 0;
+  }
+  for (DeviceBuffer* b : {&d->fusion, &d->gather, &d->scratch}) {
+    b->stream = d->stream;
+    b->async = pools != 0;
+  }
   for (DescArea& a : d->areas) {
     HVD_CUDA_CHECK(cudaEventCreateWithFlags(&a.done, cudaEventDisableTiming));
+    a.dev.stream = d->stream;
+    a.dev.async = pools != 0;
   }
   d->health->device = device;
   return d;
 }
 
 DeviceHealth::~DeviceHealth() {
-  if (free_events.empty() || cudaSetDevice(device) != cudaSuccess) return;
+  // Runs on whichever thread drops the last completion: keep that thread's current device.
+  int current = -1;
+  if (free_events.empty() || cudaGetDevice(&current) != cudaSuccess) return;
+  if (current != device && cudaSetDevice(device) != cudaSuccess) return;
   for (cudaEvent_t e : free_events) cudaEventDestroy(e);
+  if (current != device) cudaSetDevice(current);
 }
 
 DeviceCompletion::~DeviceCompletion() {
@@ -95,16 +118,18 @@ DeviceCompletion::~DeviceCompletion() {
 
 bool DeviceCompletion::query(Status* s) {
   std::lock_guard<std::mutex> lk(health_->mu);
-  if (!health_->error.ok()) {
-    *s = health_->error;
-    return true;
-  }
+  // The event first: a response whose work finished succeeded, whatever failed after it.
   const cudaError_t q = cudaEventQuery(event_);
   if (q == cudaSuccess) {
     *s = Status::OK();
     return true;
   }
+  if (!health_->error.ok()) {
+    *s = health_->error;
+    return true;
+  }
   if (q != cudaErrorNotReady) {
+    cudaGetLastError();
     health_->error = cuda_error(q, "cudaEventQuery(completion)", __FILE__, __LINE__);
     *s = health_->error;
     return true;
@@ -151,13 +176,17 @@ Status DeviceState::ensure_comm() {
   if (!broken.ok()) return broken;
   if (comm) return Status::OK();
   Status s = init_comm(mpi, device, &comm);
-  if (!s.ok()) comm = nullptr;
+  if (!s.ok()) {
+    comm = nullptr;
+    abort(s);
+    return s;
+  }
   std::lock_guard<std::mutex> lk(health->mu);
   health->comm = comm;
   return s;
 }
 
-Status DeviceState::ensure_hierarchical() {
+Status DeviceState::ensure_hierarchical(bool force) {
   if (!broken.ok()) return broken;
   if (hier_setup) return Status::OK();
   hier_setup = true;
@@ -168,16 +197,22 @@ Status DeviceState::ensure_hierarchical() {
   MPI_Comm_size(cross_mpi, &cross_size);
   int mm[2] = {local_size, -local_size};
   HVD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MIN, mpi));
-  hier_ok = mm[0] == -mm[1];
-  if (!hier_ok) {
-    if (rank == 0) {
-      HVD_LOG(Warning) << "HVD_HIERARCHICAL_ALLREDUCE: nodes hold different numbers of ranks of "
-                          "this process set ("
-                       << mm[0] << " to " << -mm[1] << "); using flat NCCL allreduce";
-    }
-    return Status::OK();
+  const bool equal = mm[0] == -mm[1];
+  if (!equal && rank == 0) {
+    HVD_LOG(Warning) << "HVD_HIERARCHICAL_ALLREDUCE: nodes hold different numbers of ranks of "
+                        "this process set ("
+                     << mm[0] << " to " << -mm[1] << "); using flat NCCL allreduce";
   }
+  // One node: NCCL's own allreduce is the better plan (same decision on every rank: the
+  // cross size is the number of nodes).
+  if (!equal || (cross_size == 1 && !force)) return Status::OK();
   Status s = init_comm(local_mpi, device, &local);
+  if (!s.ok()) {
+    local = nullptr;
+    abort(s);
+    return s;
+  }
+  hier_ok = true;
   std::lock_guard<std::mutex> lk(health->mu);
   health->local = local;
   return s;
@@ -201,9 +236,9 @@ Status DeviceState::begin(size_t max_descs) {
   a.used = false;
   const size_t bytes = (max_descs + 1) * sizeof(CopyDesc);
   auto h = a.host.get(bytes);
-  if (!h.ok()) return h.status();
+  if (!h.ok()) return fail_response(h.status());
   auto d = a.dev.get(bytes);
-  if (!d.ok()) return d.status();
+  if (!d.ok()) return fail_response(d.status());
   return Status::OK();
 }
 
@@ -298,24 +333,36 @@ void DeviceState::abort(const Status& why) {
                                   "); restart hvd");
 }
 
-Status check_device_pointer(const void* p, size_t bytes, int device, const std::string& what) {
+Status DeviceState::fail_response(const Status& why) {
+  Status s(why.code(), why.message() +
+                           " (this rank could not take part in the collective; the NCCL "
+                           "communicator is aborted so that the job fails instead of hanging)");
+  if (broken.ok()) abort(s);
+  return s;
+}
+
+Status check_device_pointer(const void* p, size_t bytes, int device, const core::TensorEntry& e,
+                            const char* which) {
   if (bytes == 0) return Status::OK();
   cudaPointerAttributes a{};
-  cudaError_t e = cudaPointerGetAttributes(&a, p);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return invalid_argument(what + ": cannot inspect pointer: " + cudaGetErrorString(e));
+  const cudaError_t err = cudaPointerGetAttributes(&a, p);
+  if (err == cudaSuccess &&
+      (a.type == cudaMemoryTypeManaged || (a.type == cudaMemoryTypeDevice && a.device == device))) {
+    return Status::OK();
   }
-  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) {
+  const std::string what =
+      std::string(core::op_name(e.request.op)) + " '" + e.request.name + "' " + which;
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return invalid_argument(what + ": cannot inspect pointer: " + cudaGetErrorString(err));
+  }
+  if (a.type != cudaMemoryTypeDevice) {
     return invalid_argument(what + ": the tensor says cuda:" + std::to_string(device) +
                             " but its data pointer is not device memory (host or invalid "
                             "pointer); pass a CUDA allocation");
   }
-  if (a.type == cudaMemoryTypeDevice && a.device != device) {
-    return invalid_argument(what + ": the tensor says cuda:" + std::to_string(device) +
-                            " but its memory is on cuda:" + std::to_string(a.device));
-  }
-  return Status::OK();
+  return invalid_argument(what + ": the tensor says cuda:" + std::to_string(device) +
+                          " but its memory is on cuda:" + std::to_string(a.device));
 }
 
 }  // namespace hvd::ops::nccl

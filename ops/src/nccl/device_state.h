@@ -16,19 +16,27 @@
 
 namespace hvd::ops::nccl {
 
-/// Device memory that grows (never shrinks) on demand.
+/// Device memory that grows (never shrinks) on demand, stream-ordered: a grown buffer is
+/// allocated and the old one freed on the owning stream (cudaMallocAsync / cudaFreeAsync), so
+/// growth never waits for the device (cudaFree would wait for every stream of the device,
+/// other process sets' NCCL kernels included) and work queued before it still sees the old
+/// memory. Falls back to cudaMalloc / cudaFree where memory pools are not supported.
 struct DeviceBuffer {
   void* ptr = nullptr;
   size_t size = 0;
+  cudaStream_t stream = nullptr;  // set by DeviceState::create
+  bool async = true;
   ~DeviceBuffer();
-  /// At least `bytes` (rounded up); the old contents are not kept.
+  /// At least `bytes` (rounded up to 2 MiB); the old contents are not kept.
   Result<void*> get(size_t bytes);
 };
 
-/// Pinned host memory that grows on demand.
+/// Pinned host memory that grows on demand. Outgrown buffers are kept until destruction
+/// (cudaFreeHost would wait for the device; work queued earlier may still read them).
 struct PinnedBuffer {
   void* ptr = nullptr;
   size_t size = 0;
+  std::vector<void*> retired;
   ~PinnedBuffer();
   Result<void*> get(size_t bytes);
 };
@@ -76,6 +84,8 @@ struct DeviceState {
   Status broken;                          // set once a communicator was aborted
 
   // Hierarchical allreduce: node-local NCCL communicator, cross-node MPI communicator.
+  // hier_ok: set up, every node holds the same number of ranks and (unless forced for tests)
+  // there is more than one node.
   bool hier_setup = false, hier_ok = false;
   MPI_Comm local_mpi = MPI_COMM_NULL, cross_mpi = MPI_COMM_NULL;
   ncclComm_t local = nullptr;
@@ -102,14 +112,17 @@ struct DeviceState {
 
   /// Stream and events on `device` (no collective call).
   static Result<std::unique_ptr<DeviceState>> create(int device, MPI_Comm mpi);
-  /// The set-wide communicator: collective over `mpi` the first time.
+  /// The set-wide communicator: collective over `mpi` the first time. A failure breaks the
+  /// device for good (a retry on one rank alone would wait for its peers).
   Status ensure_comm();
-  /// The node-local communicators: collective over `mpi` the first time.
-  Status ensure_hierarchical();
+  /// The node-local communicators: collective over `mpi` the first time (failure: as above).
+  /// `force`: hierarchical even on one node (tests).
+  Status ensure_hierarchical(bool force);
   /// Starts a response: makes the device current, resets the descriptor area to hold `n`.
   Status begin(size_t max_descs);
-  /// Makes the stream wait for every device input: its ready_event, or an event recorded on
-  /// its stream. Device-side waits only.
+  /// Makes the stream wait for every device input: its ready_event (the caller's, or the
+  /// one NcclExecutor::prepare_input recorded at submission), or, for an entry that never went
+  /// through prepare_input, an event recorded on its stream now. Device-side waits only.
   Status wait_inputs(const std::vector<core::TensorEntry*>& es);
   /// Uploads `d` and launches ONE batched copy kernel on the stream.
   Status copy(const std::vector<CopyDesc>& d, DataType dtype, const Scale& s);
@@ -121,9 +134,15 @@ struct DeviceState {
   Status finish_async(std::shared_ptr<core::Completion>* pending);
   /// Aborts the communicators; every later response on this device fails with `why`.
   void abort(const Status& why);
+  /// For a failure after the response was agreed that keeps this rank out of its NCCL call
+  /// (no memory for a buffer): aborts the communicators so that this rank fails every later
+  /// response at once instead of calling NCCL out of step with its peers; returns `why`.
+  Status fail_response(const Status& why);
 };
 
-/// Checks that `p` (`bytes` long, for tensor `what`) is device memory on `device`.
-Status check_device_pointer(const void* p, size_t bytes, int device, const std::string& what);
+/// Checks that `p` (`bytes` long) is device memory on `device`. Errors name the entry's
+/// operation and tensor and `which` ("input" / "output"); nothing is formatted on success.
+Status check_device_pointer(const void* p, size_t bytes, int device, const core::TensorEntry& e,
+                            const char* which);
 
 }  // namespace hvd::ops::nccl

@@ -24,8 +24,8 @@ inline Status unsupported_dtype(const core::Response& r) {
 /// must not hang waiting for it) and the response fails here with the first such error.
 class Inputs {
  public:
-  Inputs(DeviceState* d, const core::Response& r, const std::vector<core::TensorEntry*>& es)
-      : d_(d), r_(r), es_(es), valid_(es.size(), false) {}
+  Inputs(DeviceState* d, const std::vector<core::TensorEntry*>& es)
+      : d_(d), es_(es), valid_(es.size(), false) {}
 
   /// Checks inputs (and outputs when already known). Host stand-ins of a joined rank are
   /// "not valid" without an error. Returns only errors that stop the whole response.
@@ -33,10 +33,9 @@ class Inputs {
     for (size_t i = 0; i < es_.size(); ++i) {
       const core::TensorEntry* e = es_[i];
       if (e->input.device.kind != DeviceKind::kCuda) continue;
-      const std::string what = std::string(core::op_name(r_.op)) + " '" + e->request.name + "'";
-      Status s = check_device_pointer(e->input.data, e->input.bytes(), d_->device, what + " input");
+      Status s = check_device_pointer(e->input.data, e->input.bytes(), d_->device, *e, "input");
       if (s.ok() && outputs_known && e->output.data != e->input.data) {
-        s = check_device_pointer(e->output.data, e->output.bytes(), d_->device, what + " output");
+        s = check_device_pointer(e->output.data, e->output.bytes(), d_->device, *e, "output");
       }
       if (s.ok()) {
         valid_[i] = true;
@@ -65,7 +64,6 @@ class Inputs {
 
  private:
   DeviceState* d_;
-  const core::Response& r_;
   const std::vector<core::TensorEntry*>& es_;
   std::vector<bool> valid_;
   Status first_;

@@ -39,6 +39,9 @@ cudaError_t launch_batched_copy(const CopyDesc* descs, int n, int64_t max_count,
   const bool copy = scale.identity();
   const CopyGrid g = copy_grid(n, max_count, esize, copy);
   const dim3 grid(g.x, g.y);
+  // Only this launch's error may come back: clear what an earlier call on this thread (a
+  // user allocator, a handled failure) left behind.
+  (void)cudaGetLastError();
   if (copy) {
     copy_bytes<<<grid, kCopyThreads, 0, stream>>>(descs, n, esize);
     return cudaGetLastError();

@@ -36,14 +36,16 @@ std::vector<int64_t> with_rows(int64_t rows, const std::vector<int64_t>& shape) 
 Status device_output(Inputs* in, size_t i, TensorEntry* e, const std::vector<int64_t>& shape,
                      int device) {
   if (!in->valid(i)) return Status::OK();
-  const std::string what = std::string(core::op_name(e->request.op)) + " '" + e->request.name + "'";
   if (!e->allocator) {
-    in->fail(i, invalid_argument(what + ": a device output needs an allocator (the framework "
-                                        "adapter passes one)"));
+    in->fail(i,
+             invalid_argument(std::string(core::op_name(e->request.op)) + " '" + e->request.name +
+                              "': a device output needs an allocator (the framework "
+                              "adapter passes one)"));
     return Status::OK();
   }
-  HVD_RETURN_IF_ERROR(core::allocate_output(e, shape));
-  Status s = check_device_pointer(e->output.data, e->output.bytes(), device, what + " output");
+  // A failed allocation fails this tensor only: the rank still takes part with zeros.
+  Status s = core::allocate_output(e, shape);
+  if (s.ok()) s = check_device_pointer(e->output.data, e->output.bytes(), device, *e, "output");
   if (!s.ok()) in->fail(i, s);
   return Status::OK();
 }
@@ -52,7 +54,7 @@ Status device_output(Inputs* in, size_t i, TensorEntry* e, const std::vector<int
 
 Status NcclExecutor::broadcast(DeviceState* d, const Response& r,
                                const std::vector<TensorEntry*>& es) {
-  Inputs in(d, r, es);
+  Inputs in(d, es);
   HVD_RETURN_IF_ERROR(in.check(/*outputs_known=*/true));
   HVD_RETURN_IF_ERROR(d->wait_inputs(es));
   size_t most = 0;
@@ -62,7 +64,7 @@ Status NcclExecutor::broadcast(DeviceState* d, const Response& r,
   void* z = nullptr;
   if (most > 0) {
     auto zr = in.zeros(most);
-    if (!zr.ok()) return zr.status();
+    if (!zr.ok()) return d->fail_response(zr.status());
     z = zr.value();
   }
   HVD_RETURN_IF_ERROR(grouped([&]() -> Status {
@@ -87,21 +89,24 @@ Status NcclExecutor::allgather(DeviceState* d, const Response& r,
   const size_t n = p.n, k = p.k, me = p.rank;
   if (es.size() != k)
     return internal_error("allgather '" + r.names.front() + "': malformed response");
-  Inputs in(d, r, es);
+  Inputs in(d, es);
   HVD_RETURN_IF_ERROR(in.check(/*outputs_known=*/false));
   for (size_t i = 0; i < k; ++i) {
     HVD_RETURN_IF_ERROR(
         device_output(&in, i, es[i], with_rows(p.out_rows[i], es[i]->input.shape), d->device));
   }
+  // Failed tensors send zeros from the front of a scratch buffer and, unpacked, receive
+  // behind it (never into the zeros they send).
   size_t most = 0;
   for (size_t i = 0; i < k; ++i) {
     if (!in.valid(i)) most = std::max(most, p.out_bytes[i]);
   }
-  void* z = nullptr;
+  const size_t zero_bytes = (p.count[me] + 15) / 16 * 16;
+  uint8_t* z = nullptr;
   if (most > 0) {
-    auto zr = in.zeros(most);
-    if (!zr.ok()) return zr.status();
-    z = zr.value();
+    auto zr = in.zeros(zero_bytes + most);
+    if (!zr.ok()) return d->fail_response(zr.status());
+    z = static_cast<uint8_t*>(zr.value());
   }
   std::vector<const void*> src(k);
   std::vector<void*> dst(k);
@@ -112,12 +117,12 @@ Status NcclExecutor::allgather(DeviceState* d, const Response& r,
   HVD_RETURN_IF_ERROR(d->wait_inputs(es));
 
   const void* send = src[0];
-  uint8_t* recv = static_cast<uint8_t*>(dst[0] ? dst[0] : z);
+  uint8_t* recv = dst[0] ? static_cast<uint8_t*>(dst[0]) : z + zero_bytes;
   if (p.packed()) {  // pack this rank's rows of every tensor, gather, unpack: one kernel each way
     auto sb = d->fusion.get(p.count[me] + 16);
     auto rb = d->gather.get(p.total + 16);
-    if (!sb.ok()) return sb.status();
-    if (!rb.ok()) return rb.status();
+    if (!sb.ok()) return d->fail_response(sb.status());
+    if (!rb.ok()) return d->fail_response(rb.status());
     HVD_RETURN_IF_ERROR(d->copy(p.pack(src, sb.value()), r.dtype, Scale{}));
     send = sb.value();
     recv = static_cast<uint8_t*>(rb.value());
@@ -153,7 +158,7 @@ Status NcclExecutor::alltoall(DeviceState* d, const Response& r,
     return internal_error("'" + r.names.front() + "': " + planned.status().message());
   AlltoallPlan& p = planned.value();
   const size_t n = static_cast<size_t>(size_);
-  Inputs in(d, r, es);
+  Inputs in(d, es);
   HVD_RETURN_IF_ERROR(in.check(/*outputs_known=*/false));
   HVD_RETURN_IF_ERROR(d->wait_inputs(es));
   size_t sbytes = 0, rbytes = 0;
@@ -167,14 +172,16 @@ Status NcclExecutor::alltoall(DeviceState* d, const Response& r,
     if (shape.empty()) shape.push_back(0);
     shape[0] = p.recv_rows;
     HVD_RETURN_IF_ERROR(device_output(&in, i, e, shape, d->device));
-    void* z = nullptr;
+    // A failed tensor sends zeros and receives behind them (never into what it sends).
+    const size_t zero_bytes = (sbytes + 15) / 16 * 16;
+    uint8_t* z = nullptr;
     if (!in.valid(i)) {
-      auto zr = in.zeros(std::max(sbytes, rbytes));
-      if (!zr.ok()) return zr.status();
-      z = zr.value();
+      auto zr = in.zeros(zero_bytes + rbytes);
+      if (!zr.ok()) return d->fail_response(zr.status());
+      z = static_cast<uint8_t*>(zr.value());
     }
-    const auto* send = static_cast<const uint8_t*>(in.valid(i) ? e->input.data : z);
-    auto* recv = static_cast<uint8_t*>(in.valid(i) ? e->output.data : z);
+    const auto* send = in.valid(i) ? static_cast<const uint8_t*>(e->input.data) : z;
+    auto* recv = in.valid(i) ? static_cast<uint8_t*>(e->output.data) : z + zero_bytes;
     HVD_RETURN_IF_ERROR(grouped([&]() -> Status {
       for (size_t j = 0; j < n; ++j) {
         const int peer = static_cast<int>(j);
@@ -209,7 +216,7 @@ Status NcclExecutor::reducescatter(DeviceState* d, const Response& r,
     }
   }
   const Scale pre = make_scale(r.dtype, r.prescale), out_scale = make_scale(r.dtype, post);
-  Inputs in(d, r, es);
+  Inputs in(d, es);
   HVD_RETURN_IF_ERROR(in.check(/*outputs_known=*/false));
   HVD_RETURN_IF_ERROR(d->wait_inputs(es));
   const int64_t row = r.numels.empty() ? 0 : r.numels[0];
@@ -224,8 +231,8 @@ Status NcclExecutor::reducescatter(DeviceState* d, const Response& r,
     // Every rank's slice padded to `block` elements: slot j of the buffer holds rank j's rows.
     auto fb = d->fusion.get(static_cast<size_t>(p.block * size_) * esize + 16);
     auto gb = d->gather.get(static_cast<size_t>(p.block) * esize + 16);
-    if (!fb.ok()) return fb.status();
-    if (!gb.ok()) return gb.status();
+    if (!fb.ok()) return d->fail_response(fb.status());
+    if (!gb.ok()) return d->fail_response(gb.status());
     HVD_RETURN_IF_ERROR(
         d->copy(p.pack(in.valid(i) ? e->input.data : nullptr, fb.value(), esize), r.dtype, pre));
     HVD_NCCL_CHECK(ncclReduceScatter(fb.value(), gb.value(), static_cast<size_t>(p.block), type, op,

@@ -37,7 +37,8 @@ Result<DeviceState*> NcclExecutor::device_for(const Response& r,
     dev = e->input.device.index;
   }
   if (dev < 0) dev = last_device_;  // a joined rank: only host stand-ins
-  if (dev < 0) HVD_CUDA_CHECK(cudaGetDevice(&dev));
+  // Never the background thread's current device (0 unless set): the rank's own GPU.
+  if (dev < 0) dev = opts_.default_device;
   last_device_ = dev;
   auto it = devices_.find(dev);
   if (it == devices_.end()) {
@@ -48,9 +49,37 @@ Result<DeviceState*> NcclExecutor::device_for(const Response& r,
   DeviceState* d = it->second.get();
   HVD_RETURN_IF_ERROR(d->ensure_comm());
   if (opts_.hierarchical_allreduce && r.op == OpType::kAllreduce) {
-    HVD_RETURN_IF_ERROR(d->ensure_hierarchical());
+    HVD_RETURN_IF_ERROR(d->ensure_hierarchical(opts_.force_hierarchical));
   }
   return d;
+}
+
+Status NcclExecutor::prepare_input(TensorEntry* e) {
+  TensorView& v = e->input;
+  if (v.device.kind != DeviceKind::kCuda || v.ready_event) return Status::OK();
+  const int dev = v.device.index;
+  if (!e->submit_event || e->submit_event_device != dev) {
+    // Created on the tensor's device; the caller's current device is left as it was.
+    int current = -1;
+    HVD_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != dev) HVD_CUDA_CHECK(cudaSetDevice(dev));
+    cudaEvent_t ev = nullptr;
+    const cudaError_t rc = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (current != dev) cudaSetDevice(current);
+    if (rc != cudaSuccess) return cuda_error(rc, "cudaEventCreateWithFlags", __FILE__, __LINE__);
+    e->submit_event.reset(ev, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+    e->submit_event_device = dev;
+  }
+  auto* ev = static_cast<cudaEvent_t>(e->submit_event.get());
+  const cudaError_t rc = cudaEventRecord(ev, static_cast<cudaStream_t>(v.stream));
+  if (rc != cudaSuccess) {
+    cudaGetLastError();  // handled here
+    return invalid_argument(std::string(core::op_name(e->request.op)) + " '" + e->request.name +
+                            "': cannot record an event on the tensor's stream: " +
+                            cudaGetErrorString(rc) + " (" + cudaGetErrorName(rc) + ")");
+  }
+  v.ready_event = ev;
+  return Status::OK();
 }
 
 Status NcclExecutor::execute(const Response& r, const std::vector<TensorEntry*>& es) {
@@ -117,7 +146,7 @@ Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
   }
   const Scale pre = make_scale(r.dtype, r.prescale), out_scale = make_scale(r.dtype, post);
 
-  Inputs in(d, r, es);
+  Inputs in(d, es);
   HVD_RETURN_IF_ERROR(in.check(/*outputs_known=*/true));
   HVD_RETURN_IF_ERROR(d->wait_inputs(es));
 
@@ -141,7 +170,7 @@ Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
   for (size_t i = 0; i < es.size(); ++i) numels[i] = es[i]->input.numel();
   const FusedLayout l = fused_layout(numels, esize, hier ? d->local_size : 1);
   auto fb = d->fusion.get(static_cast<size_t>(std::max<int64_t>(l.padded, 1)) * esize);
-  if (!fb.ok()) return fb.status();
+  if (!fb.ok()) return d->fail_response(fb.status());
   auto* buf = static_cast<uint8_t*>(fb.value());
   std::vector<CopyDesc> cin, cout;
   for (size_t i = 0; i < es.size(); ++i) {

@@ -2,6 +2,7 @@
 // Hierarchical allreduce (HVD_HIERARCHICAL_ALLREDUCE=1): NCCL reduce-scatter inside the node,
 // MPI allreduce of each rank's slice across nodes (ranks with the same local rank), NCCL
 // allgather inside the node. Average is a Sum here; the caller divides on the copy out.
+#include <algorithm>
 #include <vector>
 
 #include "device_state.h"
@@ -23,26 +24,32 @@ Status NcclExecutor::hierarchical_allreduce(DeviceState* d, void* data, int64_t 
   uint8_t* mine = buf + static_cast<size_t>(d->local_rank) * chunk * esize;
   HVD_NCCL_CHECK(ncclReduceScatter(buf, mine, chunk, type, op, d->local, d->stream));
   if (d->cross_size > 1 && chunk > 0) {
-    // Growing frees the pinned buffer an earlier response's copy back may still be reading.
-    if (chunk * esize > d->host_stage.size) HVD_RETURN_IF_ERROR(d->finish());
     auto h = d->host_stage.get(chunk * esize);
-    if (!h.ok()) return h.status();
+    if (!h.ok()) return d->fail_response(h.status());
     HVD_CUDA_CHECK(
         cudaMemcpyAsync(h.value(), mine, chunk * esize, cudaMemcpyDeviceToHost, d->stream));
     HVD_RETURN_IF_ERROR(d->finish());  // the host needs the slice (polls async errors)
     const MPI_Op mop = mpi_op(r.reduce_op);
     const int64_t n = static_cast<int64_t>(chunk);
+    // MPI counts are ints: pieces of at most 2^30 elements.
+    auto cross_allreduce = [&](void* p, MPI_Datatype t, size_t tsize) -> Status {
+      constexpr int64_t kPiece = int64_t{1} << 30;
+      for (int64_t at = 0; at < n; at += kPiece) {
+        HVD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, static_cast<uint8_t*>(p) + at * tsize,
+                                    static_cast<int>(std::min(kPiece, n - at)), t, mop,
+                                    d->cross_mpi));
+      }
+      return Status::OK();
+    };
     if (reduced_as_float(r.dtype)) {  // MPI cannot add halves: go through float
       auto f = d->host_float.get(chunk * 4);
-      if (!f.ok()) return f.status();
+      if (!f.ok()) return d->fail_response(f.status());
       auto* fl = static_cast<float*>(f.value());
       widen_to_float(h.value(), r.dtype, n, 1.0, fl);
-      HVD_MPI_CHECK(
-          MPI_Allreduce(MPI_IN_PLACE, fl, static_cast<int>(n), MPI_FLOAT, mop, d->cross_mpi));
+      HVD_RETURN_IF_ERROR(cross_allreduce(fl, MPI_FLOAT, 4));
       narrow_from_float(fl, n, 1.0, r.dtype, h.value());
     } else {
-      HVD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h.value(), static_cast<int>(n), mpi_type(r.dtype),
-                                  mop, d->cross_mpi));
+      HVD_RETURN_IF_ERROR(cross_allreduce(h.value(), mpi_type(r.dtype), esize));
     }
     HVD_CUDA_CHECK(
         cudaMemcpyAsync(mine, h.value(), chunk * esize, cudaMemcpyHostToDevice, d->stream));

@@ -27,6 +27,11 @@ struct TensorEntry {
   /// Negotiation's hint: the response-cache bit this tensor's name had last time (-1: none).
   /// Kept across collectives of the same name, so a cached name is found without hashing.
   int64_t cache_hint = -1;
+  /// The device executor's per-name event (a cudaEvent_t with its deleter), recorded on the
+  /// producer's stream at submission (Executor::prepare_input), and its device. Kept across
+  /// collectives of the same name: one event per name, re-recorded each time.
+  std::shared_ptr<void> submit_event;
+  int submit_event_device = -1;
 };
 
 /// Resets every field of `e` to its default but keeps the capacity of its strings and vectors
@@ -37,7 +42,7 @@ void reset_for_reuse(TensorEntry* e);
 /// decided): through `e->allocator` when set, else in `e->handle->owned_output` (from
 /// `e->pool` when set). Sets
 /// `e->output`, `e->handle->output` and `e->handle->output_shape`. Errors when the allocator
-/// returns null for a non-empty shape.
+/// returns null for a non-empty shape or throws.
 Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape);
 
 /// Runs responses of one device kind. Called only from the background thread.
@@ -55,6 +60,15 @@ class Executor {
                         std::shared_ptr<Completion>* pending) {
     (void)pending;
     return execute(r, entries);
+  }
+  /// Called on the submitting thread, before `e` is queued, for entries whose input is on
+  /// this executor's device kind: lets a device executor capture what the producer has queued
+  /// so far (an event recorded on the input's stream now, not when the response runs, so
+  /// later work on that stream is not waited for). Called under the runtime's table lock:
+  /// keep it short. An error refuses the submission. Default: nothing.
+  virtual Status prepare_input(TensorEntry* e) {
+    (void)e;
+    return Status::OK();
   }
   /// Human-readable backend name for logs ("mpi", "nccl").
   virtual std::string name() const = 0;

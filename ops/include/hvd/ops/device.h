@@ -14,6 +14,9 @@ namespace hvd::ops {
 /// driver, no device). `data` is the data communicator of the runtime's process set: the NCCL
 /// unique ids are broadcast over it (collectively, on first use of a device, from the
 /// background thread). Creates no NCCL communicator and makes no collective call itself.
-void add_device_executor(core::RuntimeParts* parts, MPI_Comm data, const core::Config& config);
+/// `local_rank` (this process's rank on its node) picks the GPU of a rank that takes part in
+/// a device collective without a device tensor of its own (joined) before it used any.
+void add_device_executor(core::RuntimeParts* parts, MPI_Comm data, const core::Config& config,
+                         int local_rank);
 
 }  // namespace hvd::ops

@@ -12,7 +12,8 @@
 
 namespace hvd::ops::nccl {
 
-/// "cudaMalloc(&p, n) failed: out of memory (cudaErrorMemoryAllocation) at file.cc:12".
+/// "cudaMalloc(&p, n) failed: out of memory (cudaErrorMemoryAllocation) at file.cc:12". Clears
+/// the thread's last CUDA error (the caller handles this one).
 Status cuda_error(cudaError_t code, const char* call, const char* file, int line);
 /// "ncclAllReduce(...) failed: unhandled cuda error (...; last error: ...) at file.cc:12".
 Status nccl_error(ncclResult_t code, const char* call, const char* file, int line);

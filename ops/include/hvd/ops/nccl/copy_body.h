@@ -23,27 +23,39 @@
 
 namespace hvd::ops::nccl::body {
 
-/// A pure copy (or zero fill when d.src is null): 16-byte words when both pointers are
-/// 16-byte aligned, then the tail byte by byte.
+/// Copies (or zeroes, when `src` is null) the first whole words of W; returns their bytes.
+template <typename W>
+HVD_HOST_DEVICE inline size_t copy_words(const unsigned char* src, unsigned char* dst, size_t bytes,
+                                         size_t tid, size_t stride) {
+  const size_t words = bytes / sizeof(W);
+  auto* d = reinterpret_cast<W*>(dst);
+  if (src == nullptr) {
+    for (size_t i = tid; i < words; i += stride) d[i] = W{};
+  } else {
+    const auto* s = reinterpret_cast<const W*>(src);
+    for (size_t i = tid; i < words; i += stride) d[i] = s[i];
+  }
+  return words * sizeof(W);
+}
+
+/// A pure copy (or zero fill when d.src is null) in the widest words both pointers' alignment
+/// allows (16, 8, 4 or 2 bytes), then the tail byte by byte.
 HVD_HOST_DEVICE inline void copy_bytes(const CopyDesc& d, size_t esize, size_t tid, size_t stride) {
   const size_t bytes = static_cast<size_t>(d.count) * esize;
   auto* dst = static_cast<unsigned char*>(d.dst);
-  if (d.src == nullptr) {
-    for (size_t i = tid; i < bytes; i += stride) dst[i] = 0;
-    return;
-  }
   const auto* src = static_cast<const unsigned char*>(d.src);
-  const bool aligned =
-      ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15) == 0;
+  const uintptr_t align = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst);
   size_t done = 0;
-  if (aligned) {
-    const size_t words = bytes / 16;
-    const auto* s4 = reinterpret_cast<const uint4*>(src);
-    auto* d4 = reinterpret_cast<uint4*>(dst);
-    for (size_t i = tid; i < words; i += stride) d4[i] = s4[i];
-    done = words * 16;
+  if ((align & 15) == 0) {
+    done = copy_words<uint4>(src, dst, bytes, tid, stride);
+  } else if ((align & 7) == 0) {
+    done = copy_words<uint2>(src, dst, bytes, tid, stride);
+  } else if ((align & 3) == 0) {
+    done = copy_words<unsigned int>(src, dst, bytes, tid, stride);
+  } else if ((align & 1) == 0) {
+    done = copy_words<unsigned short>(src, dst, bytes, tid, stride);
   }
-  for (size_t i = done + tid; i < bytes; i += stride) dst[i] = src[i];
+  for (size_t i = done + tid; i < bytes; i += stride) dst[i] = src ? src[i] : 0;
 }
 
 template <typename T>

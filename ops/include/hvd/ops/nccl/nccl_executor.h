@@ -20,6 +20,12 @@ struct NcclOptions {
   /// in the node (HVD_HIERARCHICAL_ALLREDUCE). Flat when the job has one node or nodes have
   /// different numbers of ranks in this set.
   bool hierarchical_allreduce = false;
+  /// Tests: the hierarchical path even when the job has one node.
+  bool force_hierarchical = false;
+  /// The device a rank uses when a response holds no device tensor of its own (a joined rank)
+  /// before it has run any device collective: local rank % device count, as in Horovod's
+  /// one-GPU-per-rank setup (add_device_executor sets it).
+  int default_device = 0;
 };
 
 /// Runs negotiated responses on CUDA tensors with NCCL.
@@ -33,8 +39,10 @@ struct NcclOptions {
 /// would wait in communicator creation for its peers).
 ///
 /// Streams and events: hvd owns one non-blocking stream per device. Before launching, that
-/// stream waits (cudaStreamWaitEvent, on the device) for each input's `ready_event`, or for an
-/// event hvd records on the input's `stream` — never a device-wide synchronisation. Completion
+/// stream waits (cudaStreamWaitEvent, on the device) for each input's `ready_event`: the
+/// caller's, or the one hvd recorded on the input's `stream` when it was submitted
+/// (prepare_input) — never a device-wide synchronisation, and never for work the producer
+/// queued after the submission. Completion
 /// is an event recorded after the last kernel and handed to the handles (launch() sets
 /// *pending): Handle::poll()/wait() query it and, every 64 queries, ncclCommGetAsyncError, so
 /// the background thread never waits for the GPU and goes on to the next response; an
@@ -63,6 +71,10 @@ class NcclExecutor : public core::Executor {
   Status execute(const core::Response& r, const std::vector<core::TensorEntry*>& entries) override;
   Status launch(const core::Response& r, const std::vector<core::TensorEntry*>& entries,
                 std::shared_ptr<core::Completion>* pending) override;
+  /// At submission, on the user's thread: records the entry's event (one per tensor name,
+  /// created on the tensor's device the first time) on the input's `stream` and makes it the
+  /// input's ready_event, unless the caller passed a ready_event of its own.
+  Status prepare_input(core::TensorEntry* e) override;
   std::string name() const override { return "nccl"; }
 
  private:
