@@ -78,4 +78,12 @@ Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
   return Status::OK();
 }
 
+void allocate_output_or_own(TensorEntry* e, const std::vector<int64_t>& shape, Status* failed) {
+  Status s = allocate_output(e, shape);
+  if (s.ok()) return;
+  if (failed->ok()) *failed = s;
+  e->allocator = nullptr;  // this collective only: the slot's allocator is dropped on retire
+  (void)allocate_output(e, shape);
+}
+
 }  // namespace hvd::core

@@ -31,6 +31,7 @@ Status MpiExecutor::allgather(const Response& r, const std::vector<TensorEntry*>
   auto rows = [&](size_t i, size_t j) { return r.rank_rows[i * n + j]; };
   // Counts in elements of the dtype (so 2^31 elements, not bytes, is the per-call limit).
   std::vector<int64_t> counts(n, 0);
+  Status failed;  // an output allocator that failed: reported after the collective
   for (size_t i = 0; i < k; ++i) {
     const TensorEntry* e = es[i];
     if (e->input.shape.empty() || e->input.shape[0] != rows(i, static_cast<size_t>(rank_))) {
@@ -43,7 +44,7 @@ Status MpiExecutor::allgather(const Response& r, const std::vector<TensorEntry*>
       total += rows(i, j);
       counts[j] += rows(i, j) * r.numels[i];
     }
-    HVD_RETURN_IF_ERROR(core::allocate_output(es[i], with_rows(total, e->input.shape)));
+    core::allocate_output_or_own(es[i], with_rows(total, e->input.shape), &failed);
   }
   std::vector<int> icounts(n), idispls(n);
   int64_t off = 0;
@@ -64,7 +65,7 @@ Status MpiExecutor::allgather(const Response& r, const std::vector<TensorEntry*>
     void* out = es[0]->output.data ? es[0]->output.data : dummy;
     const void* in = es[0]->input.data ? es[0]->input.data : dummy;
     HVD_MPI_CHECK(MPI_Allgatherv(in, mine, type, out, icounts.data(), idispls.data(), type, comm_));
-    return Status::OK();
+    return failed;
   }
   uint8_t* send = fusion_buffer(static_cast<size_t>(mine) * esize + 1);
   size_t pos = 0;
@@ -86,7 +87,7 @@ Status MpiExecutor::allgather(const Response& r, const std::vector<TensorEntry*>
       pos += b;
     }
   }
-  return Status::OK();
+  return failed;
 }
 
 }  // namespace hvd::ops

@@ -25,6 +25,7 @@ Status MpiExecutor::reducescatter(const Response& r, const std::vector<TensorEnt
   const DataType dt = r.dtype;
   const size_t esize = dtype_size(dt);
   const double post = r.postscale / (r.reduce_op == ReduceOp::kAverage ? size_ : 1);
+  Status failed;  // an output allocator that failed: reported after the collectives
   for (auto* e : es) {
     const int64_t rows = e->input.shape[0];
     const int64_t row = r.numels.empty() ? 0 : r.numels[0];
@@ -38,7 +39,7 @@ Status MpiExecutor::reducescatter(const Response& r, const std::vector<TensorEnt
     }
     std::vector<int64_t> shape = e->input.shape;
     shape[0] = reducescatter_rows(rows, size_, rank_);
-    HVD_RETURN_IF_ERROR(core::allocate_output(e, shape));
+    core::allocate_output_or_own(e, shape, &failed);
     const int64_t total = rows * row, mine = shape[0] * row;
     static uint8_t dummy[8];
     void* out = e->output.data ? e->output.data : dummy;
@@ -60,7 +61,7 @@ Status MpiExecutor::reducescatter(const Response& r, const std::vector<TensorEnt
     HVD_MPI_CHECK(MPI_Reduce_scatter(send, out, counts.data(), mpi_type(dt), MPI_SUM, comm_));
     scale_in_place(out, dt, mine, post);
   }
-  return Status::OK();
+  return failed;
 }
 
 }  // namespace hvd::ops

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // allgather / alltoall / reducescatter errors: messages name tensor, ranks and values.
 #include <catch2/catch.hpp>
+#include <stdexcept>
 
 #include "mpi_test_util.h"
 
@@ -65,4 +66,55 @@ TEST_CASE("reducescatter rejects unsupported ops, bool and scalars", "[mpi]") {
   err = error_of(
       [&] { hvd::allgather(hvd::TensorView(v.data(), DataType::kFloat32, {}), "ge.scalar"); });
   REQUIRE_THAT(err, Contains("allgather 'ge.scalar': needs a tensor with at least one dimension"));
+}
+
+TEST_CASE("an output allocator that fails on one rank fails that rank only; no rank hangs",
+          "[mpi]") {
+  const int r = hvd::rank(), n = hvd::size();
+  std::vector<int32_t> in(6, r + 1);
+  hvd::TensorView t(in.data(), DataType::kInt32, {3, 2});
+  std::vector<int32_t> out;
+  auto alloc = [&](const std::vector<int64_t>& shape) -> void* {
+    out.resize(static_cast<size_t>(hvd::shape_numel(shape)));
+    return out.data();
+  };
+  // Rank 0's allocator returns null for allgather and throws for alltoall and reducescatter;
+  // the collectives run on every rank (rank 0 takes part with hvd's own memory).
+  auto null_alloc = [](const std::vector<int64_t>&) -> void* { return nullptr; };
+  auto throwing = [](const std::vector<int64_t>&) -> void* {
+    throw std::runtime_error("out of memory in the framework");
+  };
+  auto check = [&](hvd::Handle h, const std::string& what, const std::string& msg) {
+    hvd::Status s = h.wait_status();
+    if (r == 0) {
+      INFO(s.to_string());
+      REQUIRE_FALSE(s.ok());
+      REQUIRE_THAT(s.message(), Contains(what) && Contains(msg));
+    } else {
+      REQUIRE(s.ok());
+    }
+  };
+  check(hvd::allgather_async(t, "ge.alloc.ag", {}, r == 0 ? hvd::Allocator(null_alloc) : alloc),
+        "allgather 'ge.alloc.ag'", "returned null");
+  if (r != 0) {
+    REQUIRE(out.size() == static_cast<size_t>(6 * n));
+    for (int q = 0; q < n; ++q) REQUIRE(out[static_cast<size_t>(6 * q)] == q + 1);
+  }
+  std::vector<int64_t> splits(static_cast<size_t>(n), 0);
+  splits[static_cast<size_t>(n - 1)] = 3;  // every rank's rows go to the last rank
+  check(
+      hvd::alltoall_async(t, splits, "ge.alloc.a2a", {}, r == 0 ? hvd::Allocator(throwing) : alloc),
+      "alltoall 'ge.alloc.a2a'", "out of memory in the framework");
+  if (r == n - 1 && r != 0) {
+    REQUIRE(out.size() == static_cast<size_t>(6 * n));
+    for (int q = 0; q < n; ++q) REQUIRE(out[static_cast<size_t>(6 * q + 5)] == q + 1);
+  }
+  hvd::TensorView rows(in.data(), DataType::kInt32, {static_cast<int64_t>(n), 1});
+  check(hvd::reducescatter_async(rows, "ge.alloc.rs", hvd::ReduceOp::kSum, 1.0, 1.0, {},
+                                 r == 0 ? hvd::Allocator(throwing) : alloc),
+        "reducescatter 'ge.alloc.rs'", "out of memory in the framework");
+  if (r != 0) REQUIRE(out == std::vector<int32_t>{n * (n + 1) / 2});
+  // Every rank goes on, the same names included.
+  hvd::Handle h = hvd::allgather(t, "ge.alloc.ag");
+  REQUIRE(h.output().shape == std::vector<int64_t>{3 * n, 2});
 }

@@ -45,6 +45,12 @@ void reset_for_reuse(TensorEntry* e);
 /// returns null for a non-empty shape or throws.
 Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape);
 
+/// allocate_output(), except that when the caller's allocator fails (null or throws) the
+/// output is hvd's own memory instead, so that this rank still takes part in the collective
+/// its peers are already in; the first such failure is kept in `*failed` for the executor to
+/// return once the collective is done. Host outputs only (hvd's memory is host memory).
+void allocate_output_or_own(TensorEntry* e, const std::vector<int64_t>& shape, Status* failed);
+
 /// Runs responses of one device kind. Called only from the background thread.
 class Executor {
  public:
