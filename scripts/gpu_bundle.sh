@@ -26,27 +26,30 @@ selftest() {
   # over them, in a private mount namespace. NCCL stays reachable only through NCCL_LIB_DIR
   # (the device machine brings its own).
   local nccl_so
-  nccl_so=$(ldd "$OUT/hvd/hvd_gpu_bench" | awk '/libnccl\.so/ {print $3; exit}')
+  nccl_so=$(ldd "$OUT/hvd/hvd_gpu_bench" | awk '/libnccl\.so/ && !f {print $3; f = 1}')
   [[ -n $nccl_so ]] || { echo "gpu_bundle selftest: this machine has no libnccl.so.2"; return 1; }
   nccl_so=$(readlink -f "$nccl_so")
-  unshare -m bash -c '
+  # The inner script takes its inputs from the environment (no quoting games).
+  NCCL_SO=$nccl_so ARCH_LIB=$ARCH_LIB BUNDLE=$OUT unshare -m bash -c '
     set -e
     empty=$(mktemp -d) keep=$(mktemp -d)
     touch "$keep/libnccl.so.2"
-    mount --bind '"$nccl_so"' "$keep/libnccl.so.2"
-    for d in '"$ARCH_LIB"'/openmpi '"$ARCH_LIB"'/pmix2 /usr/share/openmpi /etc/openmpi /usr/local/cuda; do
+    mount --bind "$NCCL_SO" "$keep/libnccl.so.2"
+    for d in "$ARCH_LIB/openmpi" "$ARCH_LIB/pmix2" /usr/share/openmpi /etc/openmpi /usr/local/cuda; do
       if [[ -d $d ]]; then mount --bind "$empty" "$(readlink -f "$d")"; fi
     done
+    # Open MPI and PMIx libraries, and any NCCL the dynamic loader could find by itself.
     for f in /usr/bin/orterun /usr/bin/orted /usr/bin/mpiexec /usr/bin/mpirun \
-             '"$ARCH_LIB"'/libmpi.so.40 '"$ARCH_LIB"'/libopen-rte.so.40 '"$ARCH_LIB"'/libopen-pal.so.40 \
-             '"$ARCH_LIB"'/libpmix.so.2 '"$ARCH_LIB"'/libhwloc.so.15; do
+             "$ARCH_LIB/libmpi.so.40" "$ARCH_LIB/libopen-rte.so.40" "$ARCH_LIB/libopen-pal.so.40" \
+             "$ARCH_LIB/libpmix.so.2" "$ARCH_LIB/libhwloc.so.15" "$NCCL_SO" \
+             $(ldconfig -p | awk "/libnccl\\.so/ {print \$NF}"); do
       f=$(readlink -f "$f" 2>/dev/null || true)
       if [[ -n $f && -e $f ]]; then mount --bind /dev/null "$f"; fi
     done
     if command -v orted >/dev/null && orted --version >/dev/null 2>&1; then
       echo "selftest: the system orted is still usable"; exit 1
     fi
-    NCCL_LIB_DIR=$keep OUT=$(mktemp -d) bash '"$OUT"'/run.sh
+    NCCL_LIB_DIR=$keep OUT=$(mktemp -d) bash "$BUNDLE/run.sh"
   ' && rc=0 || rc=$?
   # 2: every step passed but without a GPU (this machine's case).
   if [[ $rc -eq 2 ]]; then
@@ -74,7 +77,7 @@ cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" >/dev/null
 rm -rf "$OUT"
 mkdir -p "$OUT"/hvd "$OUT"/ompi/{bin,lib/openmpi3,share,etc} "$OUT"/ompi/pmix/{lib/pmix,share}
 for t in "${TARGETS[@]}"; do
-  f=$(find "$BUILD" -type f -name "$t" -perm -u+x | head -1)
+  f=$(find "$BUILD" -type f -name "$t" -perm -u+x -print -quit)
   [[ -n $f ]] || { echo "gpu_bundle: $t not built"; exit 1; }
   strip -o "$OUT/hvd/$t" "$f"
 done
@@ -114,6 +117,7 @@ cat >"$OUT/run.sh" <<'EOF'
 # Runs the GPU check from this bundle (made by scripts/gpu_bundle.sh): nvidia-smi, the [gpu]
 # tests, the device routing test, hvd_gpu_bench. Outputs go to stdout and to $OUT (the device
 # tool's folder) or ./gpu-check-out. Exit status: 0 only if every step passed and ran on a GPU.
+# The step timeouts add up to 540 s: run it with the device tool's timeout_s=590.
 set -uo pipefail
 B=$(cd "$(dirname "$0")" && pwd)
 R=${OUT:-$PWD/gpu-check-out}
@@ -151,22 +155,22 @@ step "device"
 for t in "$B"/hvd/*; do ldd "$t" | grep "not found" && status=1; done
 
 step "[gpu] tests (np = 1)"
-timeout 240 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_tests" -d yes 2>&1 | tee "$R/gpu_tests.txt"
+timeout 170 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_tests" -d yes 2>&1 | tee "$R/gpu_tests.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 step "[gpu] tests, hierarchical allreduce (np = 1)"
-HVD_HIERARCHICAL_ALLREDUCE=1 timeout 120 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_tests" 2>&1 |
+HVD_HIERARCHICAL_ALLREDUCE=1 timeout 100 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_tests" 2>&1 |
   tee "$R/gpu_tests_hier.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 step "device routing (np = 1)"
-timeout 120 mpiexec -np 1 --bind-to none "$B/hvd/hvd_device_select_test" 2>&1 | tee "$R/device_select.txt"
+timeout 40 mpiexec -np 1 --bind-to none "$B/hvd/hvd_device_select_test" 2>&1 | tee "$R/device_select.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 if grep -q "skipped: no CUDA device" "$R/gpu_tests.txt"; then
   echo "WARNING: the [gpu] tests skipped: no CUDA device"
-  status=2
+  [[ $status -eq 0 ]] && status=2
 fi
 
 step "benchmark: hvd_gpu_bench --device cuda (np = 1)"
-timeout 300 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_bench" --device cuda 2>&1 | tee "$R/bench.txt"
+timeout 230 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_bench" --device cuda 2>&1 | tee "$R/bench.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 step "done: status $status (0 = all passed on a GPU, 2 = passed without a GPU)"

@@ -47,30 +47,35 @@ void reset_for_reuse(TensorEntry* e) {
 Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
   const DataType t = e->request.dtype;
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(t);
+  auto failure = [&](const std::string& why) {
+    return internal_error(std::string(op_name(e->request.op)) + " '" + e->request.name +
+                          "': the output allocator failed for shape " + shape_str(shape) + ": " +
+                          why);
+  };
   void* data = nullptr;
-  if (e->allocator) {
-    // A framework allocator may throw (out of memory): a status for this tensor, never an
-    // exception through the background thread.
-    try {
+  // Allocation may throw (a framework allocator out of memory, bad_alloc): a status for this
+  // tensor, never an exception through the background thread.
+  try {
+    if (e->allocator) {
       data = e->allocator(shape);
-    } catch (const std::exception& ex) {
-      return internal_error(std::string(op_name(e->request.op)) + " '" + e->request.name +
-                            "': the output allocator failed for shape " + shape_str(shape) + ": " +
-                            ex.what());
-    }
-    if (data == nullptr && bytes > 0) {
-      return invalid_argument(std::string(op_name(e->request.op)) + " '" + e->request.name +
-                              "': the output allocator returned null for shape " +
-                              shape_str(shape));
-    }
-  } else {
-    if (e->pool) {
-      e->handle->owned_output = e->pool->take(bytes);
+      if (data == nullptr && bytes > 0) {
+        return invalid_argument(std::string(op_name(e->request.op)) + " '" + e->request.name +
+                                "': the output allocator returned null for shape " +
+                                shape_str(shape));
+      }
     } else {
-      e->handle->owned_output.reset(new uint8_t[bytes > 0 ? bytes : 1],  // uninitialised
-                                    std::default_delete<uint8_t[]>());
+      if (e->pool) {
+        e->handle->owned_output = e->pool->take(bytes);
+      } else {
+        e->handle->owned_output.reset(new uint8_t[bytes > 0 ? bytes : 1],  // uninitialised
+                                      std::default_delete<uint8_t[]>());
+      }
+      data = e->handle->owned_output.get();
     }
-    data = e->handle->owned_output.get();
+  } catch (const std::exception& ex) {
+    return failure(ex.what());
+  } catch (...) {
+    return failure("unknown exception");
   }
   e->output = TensorView(data, t, shape, e->input.device);
   e->handle->output = e->output;
@@ -78,12 +83,14 @@ Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
   return Status::OK();
 }
 
-void allocate_output_or_own(TensorEntry* e, const std::vector<int64_t>& shape, Status* failed) {
+Status allocate_output_or_own(TensorEntry* e, const std::vector<int64_t>& shape, Status* failed) {
   Status s = allocate_output(e, shape);
-  if (s.ok()) return;
+  if (s.ok()) return s;
   if (failed->ok()) *failed = s;
-  e->allocator = nullptr;  // this collective only: the slot's allocator is dropped on retire
-  (void)allocate_output(e, shape);
+  if (!e->allocator) return s;  // hvd's own memory is what failed: nothing to fall back to
+  e->allocator = nullptr;       // this collective only: the slot's allocator is dropped on retire
+  Status own = allocate_output(e, shape);
+  return own.ok() ? own : s;
 }
 
 }  // namespace hvd::core

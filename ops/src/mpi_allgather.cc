@@ -44,7 +44,8 @@ Status MpiExecutor::allgather(const Response& r, const std::vector<TensorEntry*>
       total += rows(i, j);
       counts[j] += rows(i, j) * r.numels[i];
     }
-    core::allocate_output_or_own(es[i], with_rows(total, e->input.shape), &failed);
+    HVD_RETURN_IF_ERROR(
+        core::allocate_output_or_own(es[i], with_rows(total, e->input.shape), &failed));
   }
   std::vector<int> icounts(n), idispls(n);
   int64_t off = 0;

@@ -39,7 +39,7 @@ Status MpiExecutor::alltoall(const Response& r, const std::vector<TensorEntry*>&
     std::vector<int64_t> shape = e->input.shape;
     shape[0] = 0;
     for (int64_t x : received) shape[0] += x;
-    core::allocate_output_or_own(e, shape, &failed);
+    HVD_RETURN_IF_ERROR(core::allocate_output_or_own(e, shape, &failed));
     static uint8_t dummy[8];
     const void* in = e->input.data ? e->input.data : dummy;
     void* out = e->output.data ? e->output.data : dummy;

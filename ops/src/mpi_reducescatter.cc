@@ -39,7 +39,7 @@ Status MpiExecutor::reducescatter(const Response& r, const std::vector<TensorEnt
     }
     std::vector<int64_t> shape = e->input.shape;
     shape[0] = reducescatter_rows(rows, size_, rank_);
-    core::allocate_output_or_own(e, shape, &failed);
+    HVD_RETURN_IF_ERROR(core::allocate_output_or_own(e, shape, &failed));
     const int64_t total = rows * row, mine = shape[0] * row;
     static uint8_t dummy[8];
     void* out = e->output.data ? e->output.data : dummy;

@@ -13,9 +13,12 @@
 namespace hvd::ops::nccl {
 namespace {
 
-size_t round_up(size_t n) {
+// Sizes grow in 2 MiB steps and by at least a quarter: a slowly growing size reallocates a
+// bounded number of times.
+size_t grown_size(size_t want, size_t have) {
   constexpr size_t kGrain = 2 << 20;
-  return (std::max<size_t>(n, 1) + kGrain - 1) / kGrain * kGrain;
+  const size_t n = std::max(std::max<size_t>(want, 1), have + have / 4);
+  return (n + kGrain - 1) / kGrain * kGrain;
 }
 
 // Collective over `mpi`: rank 0 makes the id and broadcasts it with a success flag, so a failed
@@ -32,7 +35,9 @@ Status init_comm(MPI_Comm mpi, int device, ncclComm_t* out) {
   HVD_MPI_CHECK(MPI_Bcast(&msg, sizeof(msg), MPI_BYTE, 0, mpi));
   if (!msg.ok) return internal_error("ncclGetUniqueId failed on rank 0 of the process set");
   HVD_CUDA_CHECK(cudaSetDevice(device));
-  HVD_NCCL_CHECK(ncclCommInitRank(out, size, msg.id, rank));
+  ncclComm_t c = nullptr;  // *out stays null unless this succeeds
+  HVD_NCCL_CHECK(ncclCommInitRank(&c, size, msg.id, rank));
+  *out = c;
   return Status::OK();
 }
 
@@ -44,11 +49,32 @@ DeviceBuffer::~DeviceBuffer() {
 
 Result<void*> DeviceBuffer::get(size_t bytes) {
   if (bytes <= size && ptr) return ptr;
-  const size_t n = round_up(bytes);
+  const size_t n = grown_size(bytes, size);
   void* fresh = nullptr;
   if (async) {
-    HVD_CUDA_CHECK(cudaMallocAsync(&fresh, n, stream));
-    if (ptr) HVD_CUDA_CHECK(cudaFreeAsync(ptr, stream));
+    cudaError_t e = cudaMallocAsync(&fresh, n, stream);
+    if (e == cudaErrorNotSupported) {  // no memory pools here after all: synchronous from now
+      cudaGetLastError();
+      async = false;
+      return get(bytes);
+    }
+    if (e == cudaErrorMemoryAllocation && ptr) {
+      // Give the old buffer back first (in stream order) and let the pool reuse it.
+      cudaGetLastError();
+      HVD_CUDA_CHECK(cudaFreeAsync(ptr, stream));
+      ptr = nullptr;
+      size = 0;
+      HVD_CUDA_CHECK(cudaStreamSynchronize(stream));
+      e = cudaMallocAsync(&fresh, n, stream);
+    }
+    if (e != cudaSuccess) return cuda_error(e, "cudaMallocAsync", __FILE__, __LINE__);
+    if (ptr) {
+      const cudaError_t f = cudaFreeAsync(ptr, stream);
+      if (f != cudaSuccess) {
+        cudaFreeAsync(fresh, stream);
+        return cuda_error(f, "cudaFreeAsync", __FILE__, __LINE__);
+      }
+    }
   } else {
     if (ptr) HVD_CUDA_CHECK(cudaFree(ptr));
     ptr = nullptr;
@@ -67,7 +93,7 @@ PinnedBuffer::~PinnedBuffer() {
 
 Result<void*> PinnedBuffer::get(size_t bytes) {
   if (bytes <= size && ptr) return ptr;
-  const size_t n = round_up(bytes);
+  const size_t n = grown_size(bytes, size);
   void* fresh = nullptr;
   HVD_CUDA_CHECK(cudaMallocHost(&fresh, n));
   if (ptr) retired.push_back(ptr);
@@ -111,13 +137,37 @@ DeviceHealth::~DeviceHealth() {
   if (current != device) cudaSetDevice(current);
 }
 
+DeviceCompletion::DeviceCompletion(std::shared_ptr<DeviceHealth> h, cudaEvent_t ev)
+    : health_(std::move(h)), event_(ev) {
+  std::lock_guard<std::mutex> lk(health_->mu);
+  health_->live.push_back(this);
+}
+
 DeviceCompletion::~DeviceCompletion() {
   std::lock_guard<std::mutex> lk(health_->mu);
+  auto& live = health_->live;
+  auto it = std::find(live.begin(), live.end(), this);
+  if (it != live.end()) {
+    *it = live.back();
+    live.pop_back();
+  }
   health_->free_events.push_back(event_);
+}
+
+void DeviceCompletion::doom_if_unfinished() {
+  const cudaError_t q = cudaEventQuery(event_);
+  if (q != cudaSuccess) {
+    if (q != cudaErrorNotReady) cudaGetLastError();
+    doomed_ = true;
+  }
 }
 
 bool DeviceCompletion::query(Status* s) {
   std::lock_guard<std::mutex> lk(health_->mu);
+  if (doomed_) {  // its work was still running when the communicator was aborted
+    *s = health_->error;
+    return true;
+  }
   // The event first: a response whose work finished succeeded, whatever failed after it.
   const cudaError_t q = cudaEventQuery(event_);
   if (q == cudaSuccess) {
@@ -190,6 +240,17 @@ Status DeviceState::ensure_hierarchical(bool force) {
   if (!broken.ok()) return broken;
   if (hier_setup) return Status::OK();
   hier_setup = true;
+  // Any failure here breaks the device: a rank that went on flat while its peers run the
+  // hierarchical plan would call NCCL out of step with them.
+  Status s = setup_hierarchical(force);
+  if (!s.ok()) {
+    hier_ok = false;
+    if (broken.ok()) abort(s);
+  }
+  return s;
+}
+
+Status DeviceState::setup_hierarchical(bool force) {
   HVD_MPI_CHECK(MPI_Comm_split_type(mpi, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local_mpi));
   MPI_Comm_rank(local_mpi, &local_rank);
   MPI_Comm_size(local_mpi, &local_size);
@@ -206,16 +267,11 @@ Status DeviceState::ensure_hierarchical(bool force) {
   // One node: NCCL's own allreduce is the better plan (same decision on every rank: the
   // cross size is the number of nodes).
   if (!equal || (cross_size == 1 && !force)) return Status::OK();
-  Status s = init_comm(local_mpi, device, &local);
-  if (!s.ok()) {
-    local = nullptr;
-    abort(s);
-    return s;
-  }
+  HVD_RETURN_IF_ERROR(init_comm(local_mpi, device, &local));
   hier_ok = true;
   std::lock_guard<std::mutex> lk(health->mu);
   health->local = local;
-  return s;
+  return Status::OK();
 }
 
 Status DeviceState::begin(size_t max_descs) {
@@ -323,11 +379,12 @@ Status DeviceState::finish() {
 void DeviceState::abort(const Status& why) {
   HVD_LOG(Error) << "NCCL communicator on cuda:" << device << " aborted: " << why.message();
   std::lock_guard<std::mutex> lk(health->mu);
+  if (health->error.ok()) health->error = why;  // handed-out completions report it
+  for (DeviceCompletion* c : health->live) c->doom_if_unfinished();
   if (comm) ncclCommAbort(comm);
   if (local) ncclCommAbort(local);
   comm = local = nullptr;
   health->comm = health->local = nullptr;
-  if (health->error.ok()) health->error = why;  // handed-out completions report it
   broken = Status(why.code(), "the NCCL communicator on cuda:" + std::to_string(device) +
                                   " was aborted after an earlier error (" + why.message() +
                                   "); restart hvd");
@@ -335,8 +392,9 @@ void DeviceState::abort(const Status& why) {
 
 Status DeviceState::fail_response(const Status& why) {
   Status s(why.code(), why.message() +
-                           " (this rank could not take part in the collective; the NCCL "
-                           "communicator is aborted so that the job fails instead of hanging)");
+                           " (this rank could not take part in the collective, so its NCCL "
+                           "communicator was aborted: later device collectives fail at once; "
+                           "peers already in this collective wait until this process exits)");
   if (broken.ok()) abort(s);
   return s;
 }

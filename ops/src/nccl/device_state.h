@@ -27,7 +27,8 @@ struct DeviceBuffer {
   cudaStream_t stream = nullptr;  // set by DeviceState::create
   bool async = true;
   ~DeviceBuffer();
-  /// At least `bytes` (rounded up to 2 MiB); the old contents are not kept.
+  /// At least `bytes` (growing by 2 MiB steps and at least a quarter); the old contents are
+  /// not kept.
   Result<void*> get(size_t bytes);
 };
 
@@ -44,12 +45,15 @@ struct PinnedBuffer {
 /// What user threads polling a response's completion share with the background thread: the
 /// communicators (mirrored, to ask ncclCommGetAsyncError; changed only under `mu`), an
 /// asynchronous error seen by anyone, and completion events to reuse.
+class DeviceCompletion;
 struct DeviceHealth {
   std::mutex mu;
   int device = -1;
   ncclComm_t comm = nullptr, local = nullptr;
   Status error;
   std::vector<cudaEvent_t> free_events;
+  /// Completions handed out and not yet destroyed: an abort settles them first (see abort()).
+  std::vector<DeviceCompletion*> live;
   ~DeviceHealth();
 };
 
@@ -57,9 +61,12 @@ struct DeviceHealth {
 /// errors (every 64 polls). Never blocks.
 class DeviceCompletion : public core::Completion {
  public:
-  DeviceCompletion(std::shared_ptr<DeviceHealth> h, cudaEvent_t ev)
-      : health_(std::move(h)), event_(ev) {}
+  /// Registers itself in `h->live`; call with h->mu NOT held.
+  DeviceCompletion(std::shared_ptr<DeviceHealth> h, cudaEvent_t ev);
   ~DeviceCompletion() override;
+  /// Under health->mu, before the communicators are aborted: work not finished by now is cut
+  /// short by the abort, so its event firing later must not read as success.
+  void doom_if_unfinished();
 
  protected:
   bool query(Status* s) override;
@@ -68,6 +75,7 @@ class DeviceCompletion : public core::Completion {
   std::shared_ptr<DeviceHealth> health_;
   cudaEvent_t event_;
   int polls_ = 0;
+  bool doomed_ = false;  // guarded by health_->mu
 };
 
 /// Everything the executor keeps for one device of one process set. Used only from the
@@ -118,6 +126,7 @@ struct DeviceState {
   /// The node-local communicators: collective over `mpi` the first time (failure: as above).
   /// `force`: hierarchical even on one node (tests).
   Status ensure_hierarchical(bool force);
+  Status setup_hierarchical(bool force);
   /// Starts a response: makes the device current, resets the descriptor area to hold `n`.
   Status begin(size_t max_descs);
   /// Makes the stream wait for every device input: its ready_event (the caller's, or the

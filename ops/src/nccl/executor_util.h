@@ -8,6 +8,7 @@
 
 #include "device_state.h"
 #include "hvd/core/executor.h"
+#include "hvd/ops/nccl/check.h"
 #include "hvd/ops/nccl/kernels.h"
 
 namespace hvd::ops::nccl {
@@ -57,8 +58,7 @@ class Inputs {
     auto b = d_->scratch.get(std::max<size_t>(bytes, 16));
     if (!b.ok()) return b;
     cudaError_t e = cudaMemsetAsync(b.value(), 0, std::max<size_t>(bytes, 16), d_->stream);
-    if (e != cudaSuccess)
-      return internal_error(std::string("cudaMemsetAsync failed: ") + cudaGetErrorString(e));
+    if (e != cudaSuccess) return cuda_error(e, "cudaMemsetAsync", __FILE__, __LINE__);
     return b;
   }
 

@@ -58,27 +58,33 @@ Status NcclExecutor::prepare_input(TensorEntry* e) {
   TensorView& v = e->input;
   if (v.device.kind != DeviceKind::kCuda || v.ready_event) return Status::OK();
   const int dev = v.device.index;
+  // The event is created on, and recorded with, the tensor's device current (a null stream is
+  // that device's default stream). Frameworks set the thread's device to the tensor's, so
+  // normally nothing switches; otherwise the caller's device is restored afterwards.
+  int current = -1;
+  HVD_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != dev) HVD_CUDA_CHECK(cudaSetDevice(dev));
+  Status s = record_submit_event(e, dev);
+  if (current != dev) cudaSetDevice(current);
+  return s;
+}
+
+Status NcclExecutor::record_submit_event(TensorEntry* e, int dev) {
   if (!e->submit_event || e->submit_event_device != dev) {
-    // Created on the tensor's device; the caller's current device is left as it was.
-    int current = -1;
-    HVD_CUDA_CHECK(cudaGetDevice(&current));
-    if (current != dev) HVD_CUDA_CHECK(cudaSetDevice(dev));
     cudaEvent_t ev = nullptr;
-    const cudaError_t rc = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (current != dev) cudaSetDevice(current);
-    if (rc != cudaSuccess) return cuda_error(rc, "cudaEventCreateWithFlags", __FILE__, __LINE__);
+    HVD_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     e->submit_event.reset(ev, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
     e->submit_event_device = dev;
   }
   auto* ev = static_cast<cudaEvent_t>(e->submit_event.get());
-  const cudaError_t rc = cudaEventRecord(ev, static_cast<cudaStream_t>(v.stream));
+  const cudaError_t rc = cudaEventRecord(ev, static_cast<cudaStream_t>(e->input.stream));
   if (rc != cudaSuccess) {
     cudaGetLastError();  // handled here
     return invalid_argument(std::string(core::op_name(e->request.op)) + " '" + e->request.name +
                             "': cannot record an event on the tensor's stream: " +
                             cudaGetErrorString(rc) + " (" + cudaGetErrorName(rc) + ")");
   }
-  v.ready_event = ev;
+  e->input.ready_event = ev;
   return Status::OK();
 }
 

@@ -48,8 +48,10 @@ Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape);
 /// allocate_output(), except that when the caller's allocator fails (null or throws) the
 /// output is hvd's own memory instead, so that this rank still takes part in the collective
 /// its peers are already in; the first such failure is kept in `*failed` for the executor to
-/// return once the collective is done. Host outputs only (hvd's memory is host memory).
-void allocate_output_or_own(TensorEntry* e, const std::vector<int64_t>& shape, Status* failed);
+/// return once the collective is done (the whole response fails on this rank). Returns an
+/// error only when there is no output at all (hvd's own allocation failed too): the executor
+/// must then stop. Host outputs only (hvd's memory is host memory).
+Status allocate_output_or_own(TensorEntry* e, const std::vector<int64_t>& shape, Status* failed);
 
 /// Runs responses of one device kind. Called only from the background thread.
 class Executor {

@@ -78,6 +78,7 @@ class NcclExecutor : public core::Executor {
   std::string name() const override { return "nccl"; }
 
  private:
+  Status record_submit_event(core::TensorEntry* e, int dev);
   Result<DeviceState*> device_for(const core::Response& r,
                                   const std::vector<core::TensorEntry*>& es);
   Status allreduce(DeviceState* d, const core::Response& r,
