@@ -7,7 +7,8 @@
 #   bash .gpu-bundle/run.sh                # there (device tool: carry [".gpu-bundle"])
 #   scripts/gpu_bundle.sh --selftest       # here: runs the bundle with the system's Open MPI,
 #                                          # CUDA runtime and NCCL hidden (mount namespace)
-# The bundle holds the [gpu] tests, the device routing test and hvd_gpu_bench (stripped), the
+# The bundle holds the [gpu] tests, the device routing test, hvd_gpu_bench and the host
+# hvd_bench (for the host side's share of the 1024 x 256 case), stripped, the
 # CUDA runtime they were linked against, and a relocatable Open MPI runtime (orterun, orted,
 # libraries, the MCA components whose libraries are carried, help texts, PMIx); NCCL is taken
 # from the device machine (libnccl.so.2: ldconfig, /usr/local/cuda, or the pip package).
@@ -66,7 +67,7 @@ if [[ ${1:-} == --selftest ]]; then
 fi
 
 BUILD=${1:-build}
-TARGETS=(hvd_gpu_tests hvd_device_select_test hvd_gpu_bench)
+TARGETS=(hvd_gpu_tests hvd_device_select_test hvd_gpu_bench hvd_bench)
 if [[ ! -f $BUILD/CMakeCache.txt ]]; then
   cmake -S . -B "$BUILD" --preset release >/dev/null
 fi
@@ -117,7 +118,7 @@ cat >"$OUT/run.sh" <<'EOF'
 # Runs the GPU check from this bundle (made by scripts/gpu_bundle.sh): nvidia-smi, the [gpu]
 # tests, the device routing test, hvd_gpu_bench. Outputs go to stdout and to $OUT (the device
 # tool's folder) or ./gpu-check-out. Exit status: 0 only if every step passed and ran on a GPU.
-# The step timeouts add up to 540 s: run it with the device tool's timeout_s=590.
+# The step timeouts add up to 550 s: run it with the device tool's timeout_s=590.
 set -uo pipefail
 B=$(cd "$(dirname "$0")" && pwd)
 R=${OUT:-$PWD/gpu-check-out}
@@ -170,8 +171,12 @@ if grep -q "skipped: no CUDA device" "$R/gpu_tests.txt"; then
 fi
 
 step "benchmark: hvd_gpu_bench --device cuda (np = 1)"
-timeout 230 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_bench" --device cuda 2>&1 | tee "$R/bench.txt"
+timeout 200 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_bench" --device cuda 2>&1 | tee "$R/bench.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+
+step "host side of the 1024 x 256 case: hvd_bench (host tensors, np = 1, same runtime)"
+timeout 40 mpiexec -np 1 --bind-to none "$B/hvd/hvd_bench" --case 1024x256 --iters 200 2>&1 |
+  tee "$R/host_bench.txt"
 
 step "done: status $status (0 = all passed on a GPU, 2 = passed without a GPU)"
 echo "status $status" >"$R/summary.txt"
