@@ -84,6 +84,7 @@ Handle Runtime::refuse(const std::function<void(TensorEntry*)>& fill, const Stat
   TensorEntry e;
   fill(&e);
   if (!e.handle) e.handle = new_handle_state();
+  e.handle->refused.store(true, std::memory_order_relaxed);
   e.handle->complete(about(e.request, why));
   return Handle(e.handle);
 }
@@ -139,6 +140,7 @@ Handle Runtime::enqueue_with(const std::string& name,
     std::shared_ptr<HandleState> hs = std::move(slot.handle);
     slot.allocator = nullptr;
     lk.unlock();
+    hs->refused.store(true, std::memory_order_relaxed);
     hs->complete(bad);
     return h;
   }

@@ -260,7 +260,9 @@ Handle submit(core::Runtime& rt, core::TensorEntry e) {
 }
 
 Handle throw_if_refused(Handle h) {
-  if (h.poll()) {
+  // Only the runtime's own refusals: a collective that already ran and failed (a peer was
+  // quick) reports through the handle like any other, never as an exception here.
+  if (h.state() && h.state()->refused.load(std::memory_order_relaxed) && h.poll()) {
     Status s = h.wait_status();
     if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kPrecondition) {
       throw Error(s);

@@ -143,8 +143,11 @@ TEST_CASE("device inputs are prepared on the submitting thread, before the respo
   // A refusal fails the submission at once with the executor's message; nothing is queued.
   c.device_executors[0]->refuse_prepare(invalid_argument("allreduce 'bad': stream is gone"));
   Tensor<float> b0({1.0f});
-  Status s = await(submit(c[0], "bad", b0, on_device()), "refused submission");
+  Handle bad = submit(c[0], "bad", b0, on_device());
+  Status s = await(bad, "refused submission");
   REQUIRE(s.message().find("stream is gone") != std::string::npos);
+  REQUIRE(bad.state()->refused.load());  // the API throws for these, not for later failures
+  REQUIRE_FALSE(d0.state()->refused.load());
   c.device_executors[0]->refuse_prepare(Status::OK());
   Tensor<float> e0({5.0f}), e1({6.0f});
   Handle g0 = submit(c[0], "dev", e0, on_device()), g1 = submit(c[1], "dev", e1, on_device());

@@ -45,6 +45,9 @@ struct HandleState {
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<bool> done{false};
+  /// Set (before completion) when the runtime refused the submission itself: nothing was
+  /// queued. A collective that failed later, however quickly, is not "refused".
+  std::atomic<bool> refused{false};
   Status status;
   /// Outputs whose size negotiation decides (allgather, alltoall): shape and the buffer hvd
   /// allocated when the caller gave no allocator.
