@@ -34,34 +34,10 @@ void replay(const std::vector<CopyDesc>& ds, DataType t, const Scale& s) {
           body::copy_bytes(ds[p], dtype_size(t), tid, stride);
           continue;
         }
-        switch (t) {
-          case DataType::kUInt8:
-            body::copy_scaled<uint8_t>(ds[p], s.factor, s.divisor, ti, st);
-            break;
-          case DataType::kInt8:
-            body::copy_scaled<int8_t>(ds[p], s.factor, s.divisor, ti, st);
-            break;
-          case DataType::kInt32:
-            body::copy_scaled<int32_t>(ds[p], s.factor, s.divisor, ti, st);
-            break;
-          case DataType::kInt64:
-            body::copy_scaled<int64_t>(ds[p], s.factor, s.divisor, ti, st);
-            break;
-          case DataType::kFloat16:
-            body::copy_scaled<__half>(ds[p], s.factor, s.divisor, ti, st);
-            break;
-          case DataType::kBFloat16:
-            body::copy_scaled<__nv_bfloat16>(ds[p], s.factor, s.divisor, ti, st);
-            break;
-          case DataType::kFloat32:
-            body::copy_scaled<float>(ds[p], s.factor, s.divisor, ti, st);
-            break;
-          case DataType::kFloat64:
-            body::copy_scaled<double>(ds[p], s.factor, s.divisor, ti, st);
-            break;
-          default:
-            FAIL("no scaled copy for " << dtype_name(t));
-        }
+        const bool known = body::visit_scaled_type(t, [&](auto tag) {
+          body::copy_scaled<decltype(tag)>(ds[p], s.factor, s.divisor, ti, st);
+        });
+        if (!known) FAIL("no scaled copy for " << dtype_name(t));
       }
     }
   }

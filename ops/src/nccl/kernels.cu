@@ -23,13 +23,6 @@ __global__ void copy_scaled(const CopyDesc* descs, int n, double factor, int64_t
   }
 }
 
-template <typename T>
-cudaError_t launch_scaled(const CopyDesc* descs, int n, dim3 grid, const Scale& s,
-                          cudaStream_t stream) {
-  copy_scaled<T><<<grid, kCopyThreads, 0, stream>>>(descs, n, s.factor, s.divisor);
-  return cudaGetLastError();
-}
-
 }  // namespace
 
 cudaError_t launch_batched_copy(const CopyDesc* descs, int n, int64_t max_count, DataType dtype,
@@ -46,26 +39,11 @@ cudaError_t launch_batched_copy(const CopyDesc* descs, int n, int64_t max_count,
     copy_bytes<<<grid, kCopyThreads, 0, stream>>>(descs, n, esize);
     return cudaGetLastError();
   }
-  switch (dtype) {
-    case DataType::kUInt8:
-      return launch_scaled<uint8_t>(descs, n, grid, scale, stream);
-    case DataType::kInt8:
-      return launch_scaled<int8_t>(descs, n, grid, scale, stream);
-    case DataType::kInt32:
-      return launch_scaled<int32_t>(descs, n, grid, scale, stream);
-    case DataType::kInt64:
-      return launch_scaled<int64_t>(descs, n, grid, scale, stream);
-    case DataType::kFloat16:
-      return launch_scaled<__half>(descs, n, grid, scale, stream);
-    case DataType::kBFloat16:
-      return launch_scaled<__nv_bfloat16>(descs, n, grid, scale, stream);
-    case DataType::kFloat32:
-      return launch_scaled<float>(descs, n, grid, scale, stream);
-    case DataType::kFloat64:
-      return launch_scaled<double>(descs, n, grid, scale, stream);
-    default:
-      return cudaErrorInvalidValue;  // int16, bool: never scaled on the device
-  }
+  const bool known = body::visit_scaled_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    copy_scaled<T><<<grid, kCopyThreads, 0, stream>>>(descs, n, scale.factor, scale.divisor);
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;  // int16, bool: never scaled
 }
 
 bool nccl_type(DataType t, ncclDataType_t* out) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "hvd/core/types.h"
 #include "hvd/ops/nccl/plan.h"
 
 #ifdef __CUDACC__
@@ -98,6 +99,41 @@ HVD_HOST_DEVICE inline void copy_scaled(const CopyDesc& d, double factor, int64_
   const auto* src = static_cast<const T*>(d.src);
   for (int64_t i = tid; i < d.count; i += stride) {
     dst[i] = src ? scale_one<T>(src[i], factor, divisor) : Conv<T>::from(0.0f);
+  }
+}
+
+/// Calls `f(T{})` with the element type of `t` for the 8 dtypes the device scales (uint8, int8,
+/// int32, int64, float16, bfloat16, float32, float64); returns false for any other (int16,
+/// bool: never scaled on the device). The one dtype switch of the kernels and their replay.
+template <typename F>
+bool visit_scaled_type(DataType t, F&& f) {
+  switch (t) {
+    case DataType::kUInt8:
+      f(uint8_t{});
+      return true;
+    case DataType::kInt8:
+      f(int8_t{});
+      return true;
+    case DataType::kInt32:
+      f(int32_t{});
+      return true;
+    case DataType::kInt64:
+      f(int64_t{});
+      return true;
+    case DataType::kFloat16:
+      f(__half{});
+      return true;
+    case DataType::kBFloat16:
+      f(__nv_bfloat16{});
+      return true;
+    case DataType::kFloat32:
+      f(float{});
+      return true;
+    case DataType::kFloat64:
+      f(double{});
+      return true;
+    default:
+      return false;
   }
 }
 
