@@ -84,6 +84,10 @@ TEST_CASE("two disjoint process sets run different collectives at the same time"
     INFO((hs.poll() ? hs.wait_status().to_string() : std::string("pending")));
     REQUIRE_FALSE(hs.poll());  // A is still waiting for its other members
   }
+  // A's other members submit only after that check: a second global collective needs rank 0,
+  // which reaches it only after checking (a fast peer could otherwise finish "ps.stall" first).
+  std::vector<float> g2(1, 1.0f);
+  hvd::allreduce(hvd::TensorView(g2.data(), DataType::kFloat32, {1}), "ps.checked", ReduceOp::kSum);
   if (in_a && mine.rank() != 0) {
     hvd::allreduce(hvd::TensorView(stall.data(), DataType::kFloat32, {3}), "ps.stall",
                    ReduceOp::kSum, 1.0, 1.0, a);
