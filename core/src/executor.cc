@@ -48,9 +48,8 @@ Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
   const DataType t = e->request.dtype;
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(t);
   auto failure = [&](const std::string& why) {
-    return internal_error(std::string(op_name(e->request.op)) + " '" + e->request.name +
-                          "': the output allocator failed for shape " + shape_str(shape) + ": " +
-                          why);
+    return about(e->request, internal_error("the output allocator failed for shape " +
+                                            shape_str(shape) + ": " + why));
   };
   void* data = nullptr;
   // Allocation may throw (a framework allocator out of memory, bad_alloc): a status for this
@@ -59,9 +58,8 @@ Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
     if (e->allocator) {
       data = e->allocator(shape);
       if (data == nullptr && bytes > 0) {
-        return invalid_argument(std::string(op_name(e->request.op)) + " '" + e->request.name +
-                                "': the output allocator returned null for shape " +
-                                shape_str(shape));
+        return about(e->request, invalid_argument("the output allocator returned null for shape " +
+                                                  shape_str(shape)));
       }
     } else {
       if (e->pool) {

@@ -235,4 +235,8 @@ Result<ResponseList> parse_response_list(const uint8_t* data, size_t size) {
   return l;
 }
 
+Status about(const Request& r, const Status& s) {
+  return Status(s.code(), std::string(op_name(r.op)) + " '" + r.name + "': " + s.message());
+}
+
 }  // namespace hvd::core

@@ -15,15 +15,6 @@
 
 namespace hvd::core {
 
-namespace {
-
-// `s` for one collective: "allreduce 'w': <message>", same code.
-Status about(const Request& r, const Status& s) {
-  return Status(s.code(), std::string(op_name(r.op)) + " '" + r.name + "': " + s.message());
-}
-
-}  // namespace
-
 Runtime::Runtime(Config config, RuntimeParts parts)
     : config_(std::move(config)),
       parts_(std::move(parts)),

@@ -37,10 +37,8 @@ Status device_output(Inputs* in, size_t i, TensorEntry* e, const std::vector<int
                      int device) {
   if (!in->valid(i)) return Status::OK();
   if (!e->allocator) {
-    in->fail(i,
-             invalid_argument(std::string(core::op_name(e->request.op)) + " '" + e->request.name +
-                              "': a device output needs an allocator (the framework "
-                              "adapter passes one)"));
+    in->fail(i, core::about(e->request, invalid_argument("a device output needs an allocator "
+                                                         "(the framework adapter passes one)")));
     return Status::OK();
   }
   // A failed allocation fails this tensor only: the rank still takes part with zeros.

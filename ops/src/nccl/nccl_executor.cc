@@ -80,9 +80,10 @@ Status NcclExecutor::record_submit_event(TensorEntry* e, int dev) {
   const cudaError_t rc = cudaEventRecord(ev, static_cast<cudaStream_t>(e->input.stream));
   if (rc != cudaSuccess) {
     cudaGetLastError();  // handled here
-    return invalid_argument(std::string(core::op_name(e->request.op)) + " '" + e->request.name +
-                            "': cannot record an event on the tensor's stream: " +
-                            cudaGetErrorString(rc) + " (" + cudaGetErrorName(rc) + ")");
+    return core::about(
+        e->request, invalid_argument(std::string("cannot record an event on the tensor's "
+                                                 "stream: ") +
+                                     cudaGetErrorString(rc) + " (" + cudaGetErrorName(rc) + ")"));
   }
   e->input.ready_event = ev;
   return Status::OK();

@@ -73,6 +73,9 @@ struct Response {
   bool is_error() const { return !error.empty(); }
 };
 
+/// `s` for one collective: "allreduce 'w': <message>", same code.
+Status about(const Request& r, const Status& s);
+
 /// One round's message from a rank to the coordinator.
 struct RequestList {
   std::vector<Request> requests;
