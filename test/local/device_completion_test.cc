@@ -43,9 +43,7 @@ TEST_CASE("handles of device work finish when the device does, not at launch", "
   // The background thread is not waiting for the device: host work and another collective of
   // the same name run meanwhile.
   Tensor<int32_t> b0({1}), b1({2});
-  Handle g0 = submit(c[0], "b", b0), g1 = submit(c[1], "b", b1);
-  await_ok(g0, "host work while device work runs");
-  await_ok(g1, "host work while device work runs");
+  run_both(c, "b", b0, b1);  // host work while device work runs
   REQUIRE(b0.out == std::vector<int32_t>{3});
   Tensor<float> again0({1.0f}), again1({1.0f});
   Handle k0 = submit(c[0], "a", again0, on_device()), k1 = submit(c[1], "a", again1, on_device());
@@ -150,9 +148,7 @@ TEST_CASE("device inputs are prepared on the submitting thread, before the respo
   REQUIRE_FALSE(d0.state()->refused.load());
   c.device_executors[0]->refuse_prepare(Status::OK());
   Tensor<float> e0({5.0f}), e1({6.0f});
-  Handle g0 = submit(c[0], "dev", e0, on_device()), g1 = submit(c[1], "dev", e1, on_device());
-  await_ok(g0, "after a refusal");
-  await_ok(g1, "after a refusal");
+  run_both(c, "dev", e0, e1, on_device());  // after a refusal
   REQUIRE(e1.out == std::vector<float>{11.0f});
   REQUIRE(c.device_executors[0]->marked() == 2);
 }

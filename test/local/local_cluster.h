@@ -542,4 +542,14 @@ inline void await_ok(const Handle& h, const std::string& what) {
   REQUIRE(s.ok());
 }
 
+/// Submits `name` on ranks 0 and 1 of a two-rank cluster (t0, t1, both with `o`) and requires
+/// both to succeed.
+template <typename T>
+void run_both(Cluster& c, const std::string& name, Tensor<T>& t0, Tensor<T>& t1,
+              const Opts& o = Opts{}) {
+  Handle h0 = submit(c[0], name, t0, o), h1 = submit(c[1], name, t1, o);
+  await_ok(h0, name + " on rank 0");
+  await_ok(h1, name + " on rank 1");
+}
+
 }  // namespace hvd::test

@@ -108,10 +108,7 @@ TEST_CASE("a cached name changing dtype on all ranks renegotiates", "[local]") {
   c.start_all();
   allreduce_round(c, "x", 2, 1);
   Tensor<float> a({1.5f, 2.5f}), b({0.25f, 0.5f});
-  auto h0 = submit(c[0], "x", a);
-  auto h1 = submit(c[1], "x", b);
-  await_ok(h0, "rank 0");
-  await_ok(h1, "rank 1");
+  run_both(c, "x", a, b);
   REQUIRE(a.out == std::vector<float>{1.75f, 3.0f});
   REQUIRE(b.out == a.out);
 }

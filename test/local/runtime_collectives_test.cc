@@ -80,10 +80,7 @@ TEST_CASE("allreduce applies the negotiated prescale and postscale", "[local]") 
   o.prescale = 0.5;
   o.postscale = 10.0;
   for (int round = 0; round < 2; ++round) {  // the second round comes from the cache
-    auto h0 = submit(c[0], "scaled", a, o);
-    auto h1 = submit(c[1], "scaled", b, o);
-    await_ok(h0, "rank 0");
-    await_ok(h1, "rank 1");
+    run_both(c, "scaled", a, b, o);
     REQUIRE(a.out == std::vector<double>{20.0, 30.0});  // 10 * (0.5*1 + 0.5*3), ...
     REQUIRE(b.out == a.out);
     a.out.assign(2, 0.0);

@@ -54,19 +54,13 @@ TEST_CASE("a name's slot serves later collectives of other shapes, dtypes and op
   sum_batch(c, {"w"}, 4);   // cached
   sum_batch(c, {"w"}, 40);  // new shape: renegotiated in the same slot
   Tensor<float> f0({1.5f, 2.5f}), f1({0.5f, 0.5f});
-  auto h0 = submit(c[0], "w", f0);
-  auto h1 = submit(c[1], "w", f1);
-  await_ok(h0, "float w");
-  await_ok(h1, "float w");
+  run_both(c, "w", f0, f1);
   REQUIRE(f0.out == std::vector<float>{2.0f, 3.0f});
   Opts b;
   b.op = OpType::kBroadcast;
   b.root = 1;
   Tensor<int32_t> b0({0, 0, 0}), b1({7, 8, 9});
-  auto g0 = submit(c[0], "w", b0, b);
-  auto g1 = submit(c[1], "w", b1, b);
-  await_ok(g0, "broadcast w");
-  await_ok(g1, "broadcast w");
+  run_both(c, "w", b0, b1, b);
   REQUIRE(b0.out == std::vector<int32_t>{7, 8, 9});
   sum_batch(c, {"w"}, 4);
 }
