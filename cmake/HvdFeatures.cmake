@@ -71,6 +71,11 @@ set(HVD_HAVE_TORCH ${HVD_WITH_TORCH_RESOLVED})
 set(_py_found FALSE)
 string(TOUPPER "${HVD_WITH_PYTHON}" _py_mode)
 if(NOT _py_mode STREQUAL "OFF")
+  # The interpreter the binding is built for: -DPython3_EXECUTABLE=..., else the system's
+  # /usr/bin/python3 (Debian's, which has python3-torch), else the first on PATH.
+  if(NOT Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+    set(Python3_EXECUTABLE /usr/bin/python3)
+  endif()
   find_package(Python3 QUIET COMPONENTS Interpreter Development.Module)
   find_package(pybind11 CONFIG QUIET)
   if(Python3_FOUND AND pybind11_FOUND)
@@ -78,7 +83,7 @@ if(NOT _py_mode STREQUAL "OFF")
   endif()
 endif()
 hvd_resolve_feature(HVD_WITH_PYTHON _py_found)
-# The Python package (bindings/) is not written yet: never claim a binding this tree cannot build.
+# A tree without bindings/ (a trimmed copy) builds no binding.
 if(NOT EXISTS ${CMAKE_SOURCE_DIR}/bindings/CMakeLists.txt)
   set(HVD_WITH_PYTHON_RESOLVED 0)
 endif()

@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Framework-independent parts of the Python package (lifecycle, topology, process sets)."""

@@ -1,0 +1,295 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Lifecycle, topology, build facts and process sets, shared by hvd.torch and hvd.numpy.
+
+Names, arguments and return values follow horovod.common.basics and
+horovod.common.process_sets (0.28).
+"""
+import atexit
+
+from hvd import _core
+from hvd.common.exceptions import HorovodInternalError
+
+# Reduction op constants (values are hvd's ReduceOp codes).
+Sum = 0
+Average = 1
+Min = 2
+Max = 3
+Product = 4
+Adasum = 5  # accepted as a name; using it raises NotImplementedError
+
+_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product",
+             Adasum: "Adasum"}
+
+
+def check_op(op):
+    """Returns the core's code for `op`; raises for Adasum and unknown ops."""
+    if op == Adasum:
+        raise NotImplementedError("hvd does not implement Adasum; use op=hvd.Average or hvd.Sum")
+    if op not in _OP_NAMES:
+        raise ValueError(f"unknown reduction op {op!r}; use hvd.Sum, Average, Min, Max or Product")
+    return op
+
+
+class ProcessSet:
+    """A subset of ranks that collectives can run on (horovod.common.process_sets.ProcessSet).
+
+    Create it with the global ranks, then register it with ``hvd.init(process_sets=[...])`` or
+    ``hvd.add_process_set(ps)`` on every rank.
+    """
+
+    def __init__(self, ranks_or_comm):
+        if hasattr(ranks_or_comm, "Get_group"):  # an mpi4py communicator
+            from mpi4py import MPI
+            world = MPI.COMM_WORLD.Get_group()
+            ranks = MPI.Group.Translate_ranks(ranks_or_comm.Get_group(),
+                                              list(range(ranks_or_comm.Get_size())), world)
+            ranks_or_comm = ranks
+        self.ranks = sorted(int(r) for r in ranks_or_comm)
+        self.process_set_id = None
+
+    def _invalidate(self):
+        self.process_set_id = None
+
+    def _id(self):
+        if self.process_set_id is None:
+            raise ValueError(f"process set {self.ranks} is not registered: pass it to "
+                             "hvd.init(process_sets=...) or hvd.add_process_set() first")
+        return self.process_set_id
+
+    def size(self):
+        """Number of ranks in the set (None before registration, as Horovod)."""
+        if self.process_set_id is None:
+            return None
+        return _core.process_set_size(self.process_set_id)
+
+    def rank(self):
+        """This process's rank within the set (-1 when not a member; None before registration)."""
+        if self.process_set_id is None:
+            return None
+        return _core.process_set_rank(self.process_set_id)
+
+    def included(self):
+        """True when this process is a member."""
+        if self.process_set_id is None:
+            return None
+        return _core.process_set_included(self.process_set_id)
+
+    def __str__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+    __repr__ = __str__
+
+
+class _GlobalProcessSet(ProcessSet):
+    def __init__(self):
+        super().__init__([])
+        self.process_set_id = 0
+
+    def _invalidate(self):
+        pass
+
+    @property
+    def ranks(self):
+        return list(range(_core.size())) if _core.is_initialized() else []
+
+    @ranks.setter
+    def ranks(self, value):
+        pass
+
+
+global_process_set = _GlobalProcessSet()
+_registered = {}  # id -> ProcessSet
+
+
+def _set_id(process_set):
+    """The core id of a ProcessSet argument (global when None)."""
+    if process_set is None or process_set is global_process_set:
+        return 0
+    if isinstance(process_set, ProcessSet):
+        return process_set._id()
+    raise TypeError(f"process_set must be a hvd ProcessSet, not {type(process_set).__name__}")
+
+
+def init(comm=None, process_sets=None):
+    """Starts hvd (collective over all ranks). `comm`: None or MPI.COMM_WORLD (a list of all
+    ranks also works); `process_sets`: ProcessSet objects (or rank lists) to register now."""
+    if comm is not None:
+        _check_comm(comm)
+    if process_sets == "dynamic":
+        process_sets = None
+    sets = [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in (process_sets or [])]
+    if _core.is_initialized():
+        return
+    _core.init([ps.ranks for ps in sets])
+    _registered.clear()
+    for i, ps in enumerate(sets, start=1):
+        ps.process_set_id = i
+        _registered[i] = ps
+    _homogeneous[0] = _compute_homogeneous()
+
+
+def _check_comm(comm):
+    size = None
+    if hasattr(comm, "Get_size"):
+        size = comm.Get_size()
+        from mpi4py import MPI
+        if MPI.Comm.Compare(comm, MPI.COMM_WORLD) not in (MPI.IDENT, MPI.CONGRUENT):
+            raise NotImplementedError("hvd runs on MPI_COMM_WORLD; for a subset of ranks use "
+                                      "hvd.init(process_sets=[hvd.ProcessSet(ranks)])")
+        return
+    ranks = list(comm)
+    from mpi4py import MPI
+    size = MPI.COMM_WORLD.Get_size()
+    if sorted(ranks) != list(range(size)):
+        raise NotImplementedError("hvd runs on all ranks; for a subset use process sets")
+
+
+def shutdown():
+    """Stops hvd; pending collectives fail with a clear error. Idempotent."""
+    for ps in _registered.values():
+        ps._invalidate()
+    _registered.clear()
+    _core.shutdown()
+
+
+atexit.register(shutdown)
+
+
+def is_initialized():
+    return _core.is_initialized()
+
+
+def size():
+    """Number of ranks. Raises ValueError before init(), as Horovod."""
+    _check_init("size")
+    return _core.size()
+
+
+def rank():
+    _check_init("rank")
+    return _core.rank()
+
+
+def local_rank():
+    _check_init("local_rank")
+    return _core.local_rank()
+
+
+def local_size():
+    _check_init("local_size")
+    return _core.local_size()
+
+
+def cross_rank():
+    _check_init("cross_rank")
+    return _core.cross_rank()
+
+
+def cross_size():
+    _check_init("cross_size")
+    return _core.cross_size()
+
+
+_homogeneous = {}
+
+
+def _compute_homogeneous():
+    """Every rank's local size, gathered once at init(): equal everywhere = homogeneous."""
+    import array
+    mine = array.array("i", [_core.local_size()])
+    h = _core.allgather_async(mine, (mine.buffer_info()[0], 3, (1,), -1, 0),
+                              "hvd.init.local_sizes", 0)
+    h.wait()
+    import numpy as np
+    sizes = h.output_numpy(np.int32)
+    return bool((sizes == sizes[0]).all())
+
+
+def is_homogeneous():
+    """True when every node runs the same number of ranks."""
+    _check_init("is_homogeneous")
+    return _homogeneous[0]
+
+
+def _check_init(fn):
+    if not _core.is_initialized():
+        raise ValueError(f"hvd.{fn}() called before hvd.init() (or after hvd.shutdown()); "
+                         "call hvd.init() first")
+
+
+def mpi_threads_supported():
+    _check_init("mpi_threads_supported")
+    return _core.mpi_threads_supported()
+
+
+def mpi_enabled():
+    return True
+
+
+def mpi_built():
+    return _core.mpi_built()
+
+
+def gloo_enabled():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def nccl_built():
+    """Horovod returns the NCCL version code when built with NCCL (truthy), else 0."""
+    return 1 if _core.nccl_built() else 0
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return _core.cuda_built()
+
+
+def rocm_built():
+    return False
+
+
+def add_process_set(process_set):
+    """Registers a new process set (collective over all ranks); returns the ProcessSet."""
+    _check_init("add_process_set")
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.process_set_id is not None:
+        raise ValueError(f"{ps} is already registered")
+    ps.process_set_id = _core.add_process_set(ps.ranks)
+    _registered[ps.process_set_id] = ps
+    return ps
+
+
+def remove_process_set(process_set):
+    """Removes a process set (collective over all ranks). Returns True when it was removed."""
+    _check_init("remove_process_set")
+    if process_set is global_process_set or process_set.process_set_id in (None, 0):
+        return False
+    _core.remove_process_set(process_set.process_set_id)
+    _registered.pop(process_set.process_set_id, None)
+    process_set._invalidate()
+    return True
+
+
+def get_process_set_ids_and_ranks():
+    return {i: _core.process_set_ranks(i) for i in _core.process_set_ids()}
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """hvd's timeline is configured by HVD_TIMELINE=path before the job starts."""
+    raise NotImplementedError("start_timeline: set HVD_TIMELINE=path (hvdrun --timeline-filename) "
+                              "before the job starts; run-time start is not available yet")
+
+
+def stop_timeline():
+    raise NotImplementedError("stop_timeline: the timeline ends with the job (HVD_TIMELINE)")

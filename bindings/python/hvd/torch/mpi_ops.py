@@ -1,0 +1,491 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Collectives on torch tensors: horovod.torch.mpi_ops' names, arguments and results.
+
+A tensor crosses into hvd's C++ runtime as (data pointer, dtype code, shape, device, stream):
+no torch C++ ABI is involved, so one build serves every torch version. Handles keep their
+tensors alive until the collective finished; `synchronize(handle)` returns the result.
+Outputs whose size negotiation decides (allgather, alltoall, reducescatter) are hvd's memory,
+handed to torch through DLPack without a copy.
+"""
+import torch
+from torch.utils.dlpack import from_dlpack
+
+from hvd import _core
+from hvd.common import basics
+from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, global_process_set,
+                               _set_id)
+from hvd.common.exceptions import HorovodInternalError
+from hvd.torch.compression import Compression
+
+_DTYPES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
+    torch.float16: 5, torch.bfloat16: 6, torch.float32: 7, torch.float64: 8, torch.bool: 9,
+}
+
+
+def _code(tensor):
+    code = _DTYPES.get(tensor.dtype)
+    if code is None:
+        raise ValueError(f"hvd: tensors of dtype {tensor.dtype} are not supported; use one of "
+                         + ", ".join(str(d) for d in _DTYPES))
+    return code
+
+
+def _desc(t):
+    """The core's description of a contiguous tensor."""
+    if t.device.type == "cpu":
+        return (t.data_ptr(), _code(t), t.shape, -1, 0)
+    if t.device.type != "cuda":
+        raise ValueError(f"hvd: tensors on {t.device} are not supported (cpu or cuda)")
+    stream = torch.cuda.current_stream(t.device).cuda_stream
+    return (t.data_ptr(), _code(t), t.shape, t.device.index, stream)
+
+
+def _op(average, op, fn):
+    """Horovod's rule: `average` (deprecated) and `op` are exclusive; default Average."""
+    if op is not None and average is not None:
+        raise ValueError(f"{fn}: the op parameter supersedes average; pass only one")
+    if op is None:
+        op = Average if average is None or average else Sum
+    return basics.check_op(op)
+
+
+class _Finish:
+    """Turns a finished handle into its result (held in the handle's ctx)."""
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
+def poll(handle):
+    """True once the collective of `handle` finished. Never blocks."""
+    return handle.poll()
+
+
+def synchronize(handle):
+    """Waits for `handle` and returns its output; raises HorovodInternalError on failure."""
+    handle.wait()
+    ctx = handle.ctx
+    if type(ctx) is _Finish:
+        return ctx.fn(handle)
+    return ctx
+
+
+def _contiguous_inplace(tensor):
+    """(buffer to reduce, copy-back) for in-place forms on non-contiguous tensors."""
+    if tensor.is_contiguous():
+        return tensor, None
+    return tensor.contiguous(), tensor
+
+
+# ---- allreduce ---------------------------------------------------------------------------
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """In-place asynchronous allreduce; synchronize(handle) returns `tensor`."""
+    op = _op(average, op, "allreduce_async_")
+    buf, back = _contiguous_inplace(tensor)
+    d = _desc(buf)
+    h = _core.allreduce_async(buf, d[0], d[1], d[2], d[3], d[4], 0, name or "", op,
+                              prescale_factor, postscale_factor, _set_id(process_set))
+    if back is None:
+        h.ctx = tensor
+    else:
+        h.keep = (buf, tensor)
+        h.ctx = _Finish(lambda _h: tensor.copy_(buf))
+    return h
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Asynchronous allreduce into a new tensor; synchronize(handle) returns it."""
+    op = _op(average, op, "allreduce_async")
+    src = tensor.contiguous()
+    out = torch.empty_like(src, memory_format=torch.contiguous_format)
+    d = _desc(src)
+    h = _core.allreduce_async((src, out), d[0], d[1], d[2], d[3], d[4], out.data_ptr(),
+                              name or "", op, prescale_factor, postscale_factor,
+                              _set_id(process_set))
+    h.ctx = out
+    return h
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
+        ctx.args = (op, prescale, postscale, process_set)
+        return synchronize(allreduce_async(tensor, None, name, op, prescale, postscale,
+                                           process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, pre, post, ps = ctx.args
+        return allreduce(grad, op=op, prescale_factor=pre, postscale_factor=post,
+                         process_set=ps), None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Allreduce into a new tensor (differentiable: the gradient is allreduced the same way)."""
+    op = _op(average, op, "allreduce")
+    wire, cctx = compression.compress(tensor)
+    out = _Allreduce.apply(wire, name, op, prescale_factor, postscale_factor, process_set)
+    return compression.decompress(out, cctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """In-place allreduce; returns `tensor`."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def _grouped_allreduce(tensors, outs, name, op, pre, post, process_set):
+    descs = [_desc(t) for t in tensors]
+    if outs is None:
+        return _core.grouped_allreduce_async(tuple(tensors), descs, name or "", op, pre, post,
+                                             _set_id(process_set))
+    return _core.grouped_allreduce_async(tuple(tensors) + tuple(outs), descs, name or "", op,
+                                         pre, post, _set_id(process_set))
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """In-place grouped allreduce: all tensors negotiated and reduced together."""
+    op = _op(average, op, "grouped_allreduce_async_")
+    tensors = list(tensors)
+    bufs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    h = _grouped_allreduce(bufs, None, name, op, prescale_factor, postscale_factor, process_set)
+    if all(b is t for b, t in zip(bufs, tensors)):
+        h.ctx = tensors
+    else:
+        h.keep = (bufs, tensors)
+
+        def finish(_h):
+            for b, t in zip(bufs, tensors):
+                if b is not t:
+                    t.copy_(b)
+            return tensors
+        h.ctx = _Finish(finish)
+    return h
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Grouped allreduce into new tensors; synchronize(handle) returns the list."""
+    op = _op(average, op, "grouped_allreduce_async")
+    outs = [t.clone(memory_format=torch.contiguous_format) for t in tensors]
+    h = _grouped_allreduce(outs, None, name, op, prescale_factor, postscale_factor, process_set)
+    h.ctx = outs
+    return h
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
+        ctx.args = (op, prescale, postscale, process_set)
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), None, name, op,
+                                                         prescale, postscale, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, pre, post, ps = ctx.args
+        red = grouped_allreduce(list(grads), op=op, prescale_factor=pre, postscale_factor=post,
+                                process_set=ps)
+        return (None, None, None, None, None) + tuple(red)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Grouped allreduce into new tensors (differentiable); returns the list."""
+    op = _op(average, op, "grouped_allreduce")
+    pairs = [compression.compress(t) for t in tensors]
+    outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                   *[p[0] for p in pairs])
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    """In-place grouped allreduce; returns the list."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Allreduce of a sparse COO tensor as Horovod does it: the indices and values of every
+    rank are allgathered and summed (divided by the set size for Average) on coalescing.
+    synchronize(handle) returns the sparse result."""
+    op = basics.check_op(op)
+    if op not in (Sum, Average):
+        raise ValueError("sparse_allreduce_async supports op=Sum or Average")
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    indices = t._indices().t().contiguous()  # [nnz, ndim]: rows are gathered
+    values = t._values().contiguous()
+    base = name or "sparse"
+    hi = allgather_async(indices, name=base + ".indices", process_set=process_set)
+    hv = allgather_async(values, name=base + ".values", process_set=process_set)
+    size = tensor.size()
+    n = _set_size(process_set)
+
+    def finish(h):  # h is hv: no reference to it in this closure (no cycle)
+        idx = synchronize(hi).t()
+        val = _from_output(h, values)
+        if op == Average:
+            val = val / n
+        return torch.sparse_coo_tensor(idx, val, size)
+    hv.ctx = _Finish(finish)
+    hv.keep = (hv.keep, hi)
+    return hv
+
+
+def _set_size(process_set):
+    return _core.size() if _set_id(process_set) == 0 else process_set.size()
+
+
+def _set_rank(process_set):
+    return _core.rank() if _set_id(process_set) == 0 else process_set.rank()
+
+
+# ---- allgather, broadcast, alltoall, reducescatter ----------------------------------------
+
+def _from_output(h, like):
+    """The handle's hvd-owned output as a tensor of `like`'s dtype (no copy)."""
+    out = from_dlpack(h.output_dlpack())
+    if out.dtype != like.dtype:
+        out = out.view(like.dtype)  # bool travels as uint8
+    return out
+
+
+def _sized(h, like):
+    h.ctx = _Finish(lambda hh: _from_output(hh, like))
+    return h
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Asynchronous allgather along dim 0 (sizes may differ per rank)."""
+    src = tensor.contiguous()
+    return _sized(_core.allgather_async(src, _desc(src), name or "", _set_id(process_set)), src)
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.rows = tensor.shape[0] if tensor.dim() else 1
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        ps = ctx.process_set
+        reduced = allreduce(grad, op=Sum, process_set=ps)
+        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
+                                           process_set=ps))
+        r = _set_rank(ps)
+        offset = int(rows[:r].sum()) if r > 0 else 0
+        return reduced.narrow(0, offset, ctx.rows), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenation of every rank's tensor along dim 0, in rank order (differentiable)."""
+    return _Allgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Allgathers negotiated together; synchronize(handle) returns the list of outputs."""
+    srcs = [t.contiguous() for t in tensors]
+    hs = _core.grouped_allgather_async(tuple(srcs), [_desc(t) for t in srcs], name or "",
+                                       _set_id(process_set))
+    return _group_handle(hs, srcs)
+
+
+def _group_handle(hs, likes):
+    """One handle for a grouped size-deciding op: the last part carries the result."""
+    if not hs:
+        raise ValueError("grouped op on an empty list of tensors")
+    last, others = hs[-1], hs[:-1]
+    last.keep = (last.keep, others)
+
+    def finish(h):  # h is `last`: the closure holds only the others (no reference cycle)
+        for o in others:
+            o.wait()
+        return [_from_output(o, t) for o, t in zip(others + [h], likes)]
+    last.ctx = _Finish(finish)
+    return last
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In-place asynchronous broadcast from `root_rank` (a rank within the set)."""
+    buf, back = _contiguous_inplace(tensor)
+    h = _core.broadcast_async(buf, _desc(buf), root_rank, name or "", _set_id(process_set))
+    if back is None:
+        h.ctx = tensor
+    else:
+        h.keep = (buf, tensor)
+        h.ctx = _Finish(lambda _h: tensor.copy_(buf))
+    return h
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Asynchronous broadcast into a new tensor."""
+    out = tensor.clone(memory_format=torch.contiguous_format)
+    h = _core.broadcast_async(out, _desc(out), root_rank, name or "", _set_id(process_set))
+    h.ctx = out
+    return h
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        reduced = allreduce(grad, op=Average, process_set=ctx.process_set)
+        if _set_rank(ctx.process_set) != ctx.root:
+            reduced = reduced * 0
+        return reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Broadcast into a new tensor (differentiable)."""
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In-place broadcast; returns `tensor`."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def _splits_list(splits):
+    if splits is None:
+        return []
+    if isinstance(splits, torch.Tensor):
+        return [int(s) for s in splits.tolist()]
+    return [int(s) for s in splits]
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Asynchronous alltoall: splits[j] rows go to rank j (equal split when None).
+    synchronize(handle) returns (output, received_splits)."""
+    src = tensor.contiguous()
+    h = _core.alltoall_async(src, _desc(src), _splits_list(splits), name or "",
+                             _set_id(process_set))
+
+    def finish(hh):
+        return _from_output(hh, src), torch.tensor(hh.received_splits, dtype=torch.int32)
+    h.ctx = _Finish(finish)
+    return h
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        ctx.process_set = process_set
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, _unused):
+        back, _ = synchronize(alltoall_async(grad.contiguous(), ctx.received,
+                                             process_set=ctx.process_set))
+        return back, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Alltoall (differentiable). Returns the output, and also the received splits when
+    `splits` was given (as Horovod)."""
+    out, received = _Alltoall.apply(tensor, splits, name, process_set)
+    if splits is None:
+        return out
+    return out, received
+
+
+def _rs_op(op):
+    op = basics.check_op(op)
+    if op not in (Sum, Average):
+        raise ValueError("reducescatter supports op=Sum or Average")
+    return op
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Asynchronous reducescatter along dim 0; this rank gets its slice."""
+    op = _rs_op(op)
+    src = tensor.contiguous()
+    return _sized(_core.reducescatter_async(src, _desc(src), name or "", op, prescale_factor,
+                                            postscale_factor, _set_id(process_set)), src)
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, pre, post):
+        ctx.args = (op, process_set, pre, post)
+        return synchronize(reducescatter_async(tensor, name, op, process_set, pre, post))
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, ps, pre, post = ctx.args
+        full = allgather(grad.contiguous(), process_set=ps)
+        scale = pre * post / (_set_size(ps) if op == Average else 1)
+        return full * scale if scale != 1 else full, None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Reducescatter (differentiable); returns this rank's slice of the reduction."""
+    wire, cctx = compression.compress(tensor)
+    out = _Reducescatter.apply(wire, name, op, process_set, prescale_factor, postscale_factor)
+    return compression.decompress(out, cctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    op = _rs_op(op)
+    srcs = [t.contiguous() for t in tensors]
+    hs = _core.grouped_reducescatter_async(tuple(srcs), [_desc(t) for t in srcs], name or "",
+                                           op, prescale_factor, postscale_factor,
+                                           _set_id(process_set))
+    return _group_handle(hs, srcs)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    pairs = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_reducescatter_async([p[0] for p in pairs], name, op, process_set,
+                                                   prescale_factor, postscale_factor))
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+# ---- barrier, join ----------------------------------------------------------------------
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the set called barrier()."""
+    _core.barrier(_set_id(process_set))
+
+
+def join(device=-1):
+    """This rank has no more work: takes part (with zeros / no rows) in the others'
+    collectives until every rank joined. Returns the last rank to join."""
+    return _core.join(0)
+
+
+__all__ = [
+    "Adasum", "Average", "Max", "Min", "Product", "Sum", "HorovodInternalError",
+    "allgather", "allgather_async", "allreduce", "allreduce_", "allreduce_async",
+    "allreduce_async_", "alltoall", "alltoall_async", "barrier", "broadcast", "broadcast_",
+    "broadcast_async", "broadcast_async_", "grouped_allgather", "grouped_allgather_async",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "grouped_reducescatter", "grouped_reducescatter_async", "join",
+    "poll", "reducescatter", "reducescatter_async", "sparse_allreduce_async", "synchronize",
+]

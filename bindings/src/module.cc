@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// hvd._core: the Python extension over hvd's C++ API. It links no framework: tensors arrive as
+// descriptions (data pointer, dtype code, shape, device index, stream) made by the pure-Python
+// layer (hvd.torch, hvd.numpy), which also keeps them alive through the handles made here.
+//
+// Threads: the GIL is released for every call that can wait (wait, barrier, join, init,
+// shutdown, process-set changes). No Python code ever runs on hvd's background threads: outputs
+// whose size negotiation decides are allocated by hvd and handed to Python afterwards (DLPack or
+// numpy, without a copy), and dropped handles park their Python objects in a graveyard that is
+// swept on this side.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "hvd/hvd.h"
+#include "py_collectives.h"
+#include "py_handle.h"
+
+namespace hvd::py {
+namespace {
+
+/// The HorovodInternalError type (created once with the module, never released).
+pyb::handle& internal_error_type() {
+  static pyb::handle t;
+  return t;
+}
+
+void bind_lifecycle(pyb::module_& m) {
+  m.def(
+      "init",
+      [](const std::vector<std::vector<int>>& process_sets) {
+        pyb::gil_scoped_release nogil;
+        hvd::init(process_sets);
+      },
+      pyb::arg("process_sets") = std::vector<std::vector<int>>{});
+  m.def("shutdown", []() {
+    {
+      pyb::gil_scoped_release nogil;
+      hvd::shutdown();
+    }
+    sweep_graveyard(true);
+  });
+  m.def("is_initialized", &hvd::is_initialized);
+  m.def("rank", &hvd::rank);
+  m.def("size", &hvd::size);
+  m.def("local_rank", &hvd::local_rank);
+  m.def("local_size", &hvd::local_size);
+  m.def("cross_rank", &hvd::cross_rank);
+  m.def("cross_size", &hvd::cross_size);
+  m.def("mpi_threads_supported", &hvd::mpi_threads_supported);
+  m.def("mpi_built", &hvd::mpi_built);
+  m.def("nccl_built", &hvd::nccl_built);
+  m.def("cuda_built", &hvd::cuda_built);
+  m.def("graveyard_size", &graveyard_size,
+        "Dropped handles whose collective is still running (their tensors are kept alive).");
+}
+
+void bind_process_sets(pyb::module_& m) {
+  m.def("add_process_set", [](const std::vector<int>& ranks) {
+    pyb::gil_scoped_release nogil;
+    return hvd::add_process_set(ranks).id();
+  });
+  m.def("remove_process_set", [](int32_t id) {
+    pyb::gil_scoped_release nogil;
+    hvd::remove_process_set(ProcessSet(id));
+  });
+  m.def("process_set_ids", []() {
+    std::vector<int32_t> ids;
+    for (const auto& ps : hvd::process_sets()) ids.push_back(ps.id());
+    return ids;
+  });
+  m.def("process_set_ranks", [](int32_t id) { return ProcessSet(id).ranks(); });
+  m.def("process_set_rank", [](int32_t id) { return ProcessSet(id).rank(); });
+  m.def("process_set_size", [](int32_t id) { return ProcessSet(id).size(); });
+  m.def("process_set_included", [](int32_t id) { return ProcessSet(id).included(); });
+  m.def(
+      "barrier",
+      [](int32_t ps) {
+        pyb::gil_scoped_release nogil;
+        hvd::barrier(ProcessSet(ps));
+      },
+      pyb::arg("process_set") = 0);
+  m.def(
+      "join",
+      [](int32_t ps) {
+        pyb::gil_scoped_release nogil;
+        return hvd::join(ProcessSet(ps));
+      },
+      pyb::arg("process_set") = 0);
+}
+
+}  // namespace
+
+[[noreturn]] void raise_status(const Status& s) {
+  PyErr_SetString(internal_error_type().ptr(), s.message().c_str());
+  throw pyb::error_already_set();
+}
+
+}  // namespace hvd::py
+
+PYBIND11_MODULE(_core, m) {
+  namespace pyb = pybind11;
+  using namespace hvd::py;  // NOLINT(google-build-using-namespace)
+  m.doc() = "hvd's C++ runtime for Python (framework-agnostic; see hvd.torch and hvd.numpy)";
+  // HorovodInternalError: the error every failed collective raises (a RuntimeError, as in
+  // Horovod), carrying the core's message that names the tensor, the ranks and the values.
+  static pyb::exception<hvd::Error> error(m, "HorovodInternalError", PyExc_RuntimeError);
+  internal_error_type() = error.ptr();
+  pyb::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const hvd::Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+  bind_lifecycle(m);
+  bind_process_sets(m);
+  bind_handle(m);
+  bind_collectives(m);
+}

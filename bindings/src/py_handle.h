@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Python side of a collective in flight (private to the extension).
+//
+// A PyHandle holds the core handle plus the Python objects the collective reads or writes
+// (`keep`): they stay alive until the collective is finished. A PyHandle dropped while its
+// collective still runs moves them to a graveyard, swept (with the GIL held) on later
+// submissions and at shutdown, so no Python object is ever released on the background thread
+// and a dropped handle never leaks.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <vector>
+
+#include "hvd/hvd.h"
+
+namespace hvd::py {
+
+namespace pyb = pybind11;
+
+struct PyHandle {
+  Handle handle;
+  pyb::object keep;  ///< tensors the collective uses (inputs, outputs)
+  pyb::object ctx;   ///< what the Python layer needs to finish the call (free for its use)
+  std::shared_ptr<void> extra;  ///< memory allocated for a device output (owned with it)
+  /// Set by wait(): the first wait or a poll() that saw completion.
+  bool finished = false;
+
+  PyHandle(Handle h, pyb::object k) : handle(std::move(h)), keep(std::move(k)) {}
+  ~PyHandle();
+  PyHandle(const PyHandle&) = delete;
+  PyHandle& operator=(const PyHandle&) = delete;
+
+  /// True once finished. Never blocks.
+  bool poll();
+  /// Blocks (GIL released) until finished; raises HorovodInternalError with the core's message.
+  void wait();
+};
+
+/// Releases the Python objects of dropped handles whose collectives have finished (GIL held).
+/// `all`: wait for every dropped handle first (shutdown).
+void sweep_graveyard(bool all);
+/// Dropped handles still waiting for their collective.
+size_t graveyard_size();
+
+/// Raises the Python exception for a failed status (GIL held).
+[[noreturn]] void raise_status(const Status& s);
+
+/// The output of a size-deciding collective as a DLPack capsule ("dltensor") that owns it (the
+/// handle's memory is shared, never copied). `dtype_code`/`bits`/`lanes` follow DLPack.
+pyb::capsule output_dlpack(PyHandle& h);
+/// The output as a numpy array sharing the handle's memory (host outputs only).
+pyb::object output_numpy(PyHandle& h, const pyb::object& numpy_dtype);
+
+void bind_handle(pyb::module_& m);
+
+}  // namespace hvd::py
