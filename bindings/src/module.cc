@@ -50,6 +50,14 @@ void bind_lifecycle(pyb::module_& m) {
   m.def("mpi_built", &hvd::mpi_built);
   m.def("nccl_built", &hvd::nccl_built);
   m.def("cuda_built", &hvd::cuda_built);
+  m.def("start_timeline", [](const std::string& path) {
+    pyb::gil_scoped_release nogil;
+    hvd::start_timeline(path);
+  });
+  m.def("stop_timeline", []() {
+    pyb::gil_scoped_release nogil;
+    hvd::stop_timeline();
+  });
   m.def("graveyard_size", &graveyard_size,
         "Dropped handles whose collective is still running (their tensors are kept alive).");
 }
@@ -105,11 +113,22 @@ PYBIND11_MODULE(_core, m) {
   // Horovod), carrying the core's message that names the tensor, the ranks and the values.
   static pyb::exception<hvd::Error> error(m, "HorovodInternalError", PyExc_RuntimeError);
   internal_error_type() = error.ptr();
+  // A collective called before init() (or after shutdown()): a HorovodInternalError, as
+  // Horovod raises there, that is also a ValueError, as Horovod's rank()/size() raise.
+  static pyb::handle not_initialized;
+  {
+    pyb::tuple bases = pyb::make_tuple(error, pyb::handle(PyExc_ValueError));
+    PyObject* t = PyErr_NewException("hvd._core.NotInitializedError", bases.ptr(), nullptr);
+    if (!t) throw pyb::error_already_set();
+    not_initialized = t;  // one reference, held for the life of the process
+    m.add_object("NotInitializedError", not_initialized);
+  }
   pyb::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const hvd::Error& e) {
-      PyErr_SetString(error.ptr(), e.what());
+      const bool uninit = e.code() == hvd::StatusCode::kPrecondition && !hvd::is_initialized();
+      PyErr_SetString(uninit ? not_initialized.ptr() : error.ptr(), e.what());
     }
   });
   bind_lifecycle(m);

@@ -29,8 +29,8 @@ using Desc = std::tuple<uintptr_t, int, Shape, int, uintptr_t>;
 constexpr unsigned kSweepEvery = 256;
 
 TensorView view(uintptr_t ptr, int dtype, Shape shape, int device, uintptr_t stream) {
-  if (!dtype_valid(dtype)) throw pyb::value_error("hvd: unsupported dtype code " +
-                                                  std::to_string(dtype));
+  if (!dtype_valid(dtype))
+    throw pyb::value_error("hvd: unsupported dtype code " + std::to_string(dtype));
   TensorView v(reinterpret_cast<void*>(ptr), static_cast<DataType>(dtype), std::move(shape),
                device < 0 ? Device::host() : Device::cuda(device));
   v.stream = reinterpret_cast<void*>(stream);
@@ -106,8 +106,7 @@ void bind_reductions(pyb::module_& m) {
   m.def(
       "allreduce_async",
       [](pyb::object keep, uintptr_t ptr, int dtype, Shape shape, int device, uintptr_t stream,
-         uintptr_t out_ptr, const std::string& name, int op, double pre, double post,
-         int32_t ps) {
+         uintptr_t out_ptr, const std::string& name, int op, double pre, double post, int32_t ps) {
         maybe_sweep();
         TensorView in = view(ptr, dtype, std::move(shape), device, stream);
         Handle h;
@@ -116,14 +115,13 @@ void bind_reductions(pyb::module_& m) {
         } else {
           TensorView out = in;
           out.data = reinterpret_cast<void*>(out_ptr);
-          h = allreduce_async(in, out, name, static_cast<ReduceOp>(op), pre, post,
-                              ProcessSet(ps));
+          h = allreduce_async(in, out, name, static_cast<ReduceOp>(op), pre, post, ProcessSet(ps));
         }
         return wrap(std::move(h), std::move(keep));
       },
-      pyb::arg("keep"), pyb::arg("ptr"), pyb::arg("dtype"), pyb::arg("shape"),
-      pyb::arg("device"), pyb::arg("stream"), pyb::arg("out_ptr"), pyb::arg("name"),
-      pyb::arg("op"), pyb::arg("prescale"), pyb::arg("postscale"), pyb::arg("process_set"));
+      pyb::arg("keep"), pyb::arg("ptr"), pyb::arg("dtype"), pyb::arg("shape"), pyb::arg("device"),
+      pyb::arg("stream"), pyb::arg("out_ptr"), pyb::arg("name"), pyb::arg("op"),
+      pyb::arg("prescale"), pyb::arg("postscale"), pyb::arg("process_set"));
   m.def("grouped_allreduce_async",
         [](pyb::object keep, const std::vector<Desc>& tensors, const std::string& name, int op,
            double pre, double post, int32_t ps) {
@@ -132,17 +130,16 @@ void bind_reductions(pyb::module_& m) {
                                              post, ProcessSet(ps));
           return wrap(std::move(h), std::move(keep));
         });
-  m.def("reducescatter_async",
-        [](pyb::object keep, const Desc& d, const std::string& name, int op, double pre,
-           double post, int32_t ps) {
-          maybe_sweep();
-          TensorView v = view(d);
-          std::shared_ptr<void> extra;
-          Allocator a = output_allocator(v, &extra);
-          Handle h = reducescatter_async(v, name, static_cast<ReduceOp>(op), pre, post,
-                                         ProcessSet(ps), a);
-          return wrap(std::move(h), std::move(keep), std::move(extra));
-        });
+  m.def("reducescatter_async", [](pyb::object keep, const Desc& d, const std::string& name, int op,
+                                  double pre, double post, int32_t ps) {
+    maybe_sweep();
+    TensorView v = view(d);
+    std::shared_ptr<void> extra;
+    Allocator a = output_allocator(v, &extra);
+    Handle h =
+        reducescatter_async(v, name, static_cast<ReduceOp>(op), pre, post, ProcessSet(ps), a);
+    return wrap(std::move(h), std::move(keep), std::move(extra));
+  });
   m.def("grouped_reducescatter_async",
         [](pyb::object keep, const std::vector<Desc>& tensors, const std::string& name, int op,
            double pre, double post, int32_t ps) {
@@ -163,36 +160,34 @@ void bind_reductions(pyb::module_& m) {
 }
 
 void bind_movement(pyb::module_& m) {
-  m.def("broadcast_async", [](pyb::object keep, const Desc& d, int root, const std::string& name,
-                              int32_t ps) {
+  m.def("broadcast_async",
+        [](pyb::object keep, const Desc& d, int root, const std::string& name, int32_t ps) {
+          maybe_sweep();
+          return wrap(broadcast_async(view(d), root, name, ProcessSet(ps)), std::move(keep));
+        });
+  m.def(
+      "allgather_async", [](pyb::object keep, const Desc& d, const std::string& name, int32_t ps) {
+        maybe_sweep();
+        TensorView v = view(d);
+        std::shared_ptr<void> extra;
+        Allocator a = output_allocator(v, &extra);
+        return wrap(allgather_async(v, name, ProcessSet(ps), a), std::move(keep), std::move(extra));
+      });
+  m.def("grouped_allgather_async", [](pyb::object keep, const std::vector<Desc>& tensors,
+                                      const std::string& name, int32_t ps) {
     maybe_sweep();
-    return wrap(broadcast_async(view(d), root, name, ProcessSet(ps)), std::move(keep));
+    std::vector<TensorView> vs = views(tensors);
+    std::vector<std::shared_ptr<void>> extras(vs.size());
+    std::vector<Allocator> allocs;
+    bool device = false;
+    for (size_t i = 0; i < vs.size(); ++i) {
+      allocs.push_back(output_allocator(vs[i], &extras[i]));
+      device = device || allocs.back() != nullptr;
+    }
+    if (!device) allocs.clear();
+    auto hs = grouped_allgather_async(vs, name, ProcessSet(ps), allocs);
+    return wrap_all(std::move(hs), keep, std::move(extras));
   });
-  m.def("allgather_async",
-        [](pyb::object keep, const Desc& d, const std::string& name, int32_t ps) {
-          maybe_sweep();
-          TensorView v = view(d);
-          std::shared_ptr<void> extra;
-          Allocator a = output_allocator(v, &extra);
-          return wrap(allgather_async(v, name, ProcessSet(ps), a), std::move(keep),
-                      std::move(extra));
-        });
-  m.def("grouped_allgather_async",
-        [](pyb::object keep, const std::vector<Desc>& tensors, const std::string& name,
-           int32_t ps) {
-          maybe_sweep();
-          std::vector<TensorView> vs = views(tensors);
-          std::vector<std::shared_ptr<void>> extras(vs.size());
-          std::vector<Allocator> allocs;
-          bool device = false;
-          for (size_t i = 0; i < vs.size(); ++i) {
-            allocs.push_back(output_allocator(vs[i], &extras[i]));
-            device = device || allocs.back() != nullptr;
-          }
-          if (!device) allocs.clear();
-          auto hs = grouped_allgather_async(vs, name, ProcessSet(ps), allocs);
-          return wrap_all(std::move(hs), keep, std::move(extras));
-        });
   m.def("alltoall_async", [](pyb::object keep, const Desc& d, const Shape& splits,
                              const std::string& name, int32_t ps) {
     maybe_sweep();

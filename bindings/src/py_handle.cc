@@ -9,7 +9,6 @@
 #include <cstring>
 #include <memory>
 
-
 namespace hvd::py {
 namespace {
 
@@ -32,9 +31,7 @@ struct DlpackOwner {
   std::vector<int64_t> shape;
 };
 
-void dlpack_deleter(DLManagedTensor* t) {
-  delete static_cast<DlpackOwner*>(t->manager_ctx);
-}
+void dlpack_deleter(DLManagedTensor* t) { delete static_cast<DlpackOwner*>(t->manager_ctx); }
 
 DLDataType dl_dtype(DataType t) {
   DLDataType d{};
@@ -81,26 +78,42 @@ void PyHandle::wait() {
     s = handle.wait_status();
   }
   finished = true;
+  // A finished wait is a sync point: dropped handles submitted before it are likely done too.
+  sweep_graveyard(false);
   if (!s.ok()) raise_status(s);
 }
 
 void sweep_graveyard(bool all) {
   auto& g = graveyard();
-  if (g.empty()) return;
-  if (all) {
-    pyb::gil_scoped_release nogil;
-    for (auto& d : g) (void)d.handle.wait_status();
+  // Releasing a dropped handle's objects runs Python code that may drop more unfinished handles
+  // (a grouped or sparse handle keeps its parts): those land in `g` while `done` dies, never
+  // while `g` is being walked.
+  while (!g.empty()) {
+    std::vector<Dropped> done;
+    if (all) {
+      done.swap(g);
+      pyb::gil_scoped_release nogil;
+      for (auto& d : done) (void)d.handle.wait_status();
+    } else {
+      size_t kept = 0;
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (g[i].handle.poll()) {
+          done.push_back(std::move(g[i]));
+        } else {
+          if (kept != i) g[kept] = std::move(g[i]);
+          ++kept;
+        }
+      }
+      g.erase(g.begin() + static_cast<std::ptrdiff_t>(kept), g.end());
+      if (done.empty()) return;
+    }
   }
-  size_t kept = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (g[i].handle.poll()) continue;  // its objects are released below
-    if (kept != i) std::swap(g[kept], g[i]);
-    ++kept;
-  }
-  g.erase(g.begin() + static_cast<std::ptrdiff_t>(kept), g.end());
 }
 
-size_t graveyard_size() { return graveyard().size(); }
+size_t graveyard_size() {
+  sweep_graveyard(false);
+  return graveyard().size();
+}
 
 pyb::capsule output_dlpack(PyHandle& h) {
   if (!h.poll()) h.wait();

@@ -34,14 +34,15 @@ struct PyHandle {
 
   /// True once finished. Never blocks.
   bool poll();
-  /// Blocks (GIL released) until finished; raises HorovodInternalError with the core's message.
+  /// Blocks (GIL released) until finished, then sweeps the graveyard; raises
+  /// HorovodInternalError with the core's message.
   void wait();
 };
 
 /// Releases the Python objects of dropped handles whose collectives have finished (GIL held).
 /// `all`: wait for every dropped handle first (shutdown).
 void sweep_graveyard(bool all);
-/// Dropped handles still waiting for their collective.
+/// Dropped handles still waiting for their collective (sweeps the finished ones first).
 size_t graveyard_size();
 
 /// Raises the Python exception for a failed status (GIL held).

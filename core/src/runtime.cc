@@ -21,12 +21,28 @@ Runtime::Runtime(Config config, RuntimeParts parts)
       controller_(parts_.transport.get(), config_.cache_capacity),
       rank_(parts_.transport->rank()),
       size_(parts_.transport->size()) {
-  if (!config_.timeline.empty() && rank_ == 0 && parts_.process_set == 0) {
-    timeline_ = std::make_unique<Timeline>(config_.timeline);
-    if (!timeline_->ok()) {
-      HVD_LOG(Warning) << "cannot write the timeline to '" << config_.timeline << "'";
-      timeline_.reset();
+  if (!config_.timeline.empty()) {
+    Status s = start_timeline(config_.timeline);
+    if (!s.ok()) {
+      HVD_LOG(Warning) << s.message();
     }
+  }
+}
+
+Status Runtime::start_timeline(const std::string& path) {
+  if (rank_ != 0 || parts_.process_set != 0) return Status::OK();
+  auto t = std::make_shared<Timeline>(path);
+  if (!t->ok()) return invalid_argument("cannot write the timeline to '" + path + "'");
+  std::lock_guard<std::mutex> lk(timeline_mu_);
+  timeline_ = std::move(t);  // a previous timeline closes once the last response using it ends
+  return Status::OK();
+}
+
+void Runtime::stop_timeline() {
+  std::shared_ptr<Timeline> old;
+  {
+    std::lock_guard<std::mutex> lk(timeline_mu_);
+    old = std::move(timeline_);
   }
 }
 
@@ -401,12 +417,17 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
       pending.reset();
     }
   }
-  if (timeline_) {
+  std::shared_ptr<Timeline> timeline;
+  {
+    std::lock_guard<std::mutex> lk(timeline_mu_);
+    timeline = timeline_;
+  }
+  if (timeline) {
     int64_t bytes = 0;
     for (auto* e : entries) {
       if (e) bytes += static_cast<int64_t>(e->input.bytes());
     }
-    timeline_->record(r, bytes, started, Timeline::Clock::now(), s.ok());
+    timeline->record(r, bytes, started, Timeline::Clock::now(), s.ok());
   }
   std::lock_guard<std::mutex> lk(mu_);
   if (pending) {

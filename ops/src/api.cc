@@ -427,6 +427,12 @@ void barrier(const ProcessSet& ps) {
   submit(*rt, std::move(e)).wait();
 }
 
+void start_timeline(const std::string& path) {
+  throw_if_error(runtime("start_timeline").start_timeline(path));
+}
+
+void stop_timeline() { runtime("stop_timeline").stop_timeline(); }
+
 bool poll(const Handle& h) { return h.poll(); }
 void wait(const Handle& h) { h.wait(); }
 void synchronize(const Handle& h) { h.wait(); }

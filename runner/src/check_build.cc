@@ -33,6 +33,24 @@ std::string cuda_device() {
   return l.rfind("GPU", 0) == 0 ? l : "none (driver query failed)";
 }
 
+// Whether the interpreter the binding was built for imports it: first from its own paths (an
+// installed package), else from the build tree's package folder.
+std::string python_binding() {
+  std::string py = HVD_RUNNER_PYTHON;
+  if (py.empty()) return "";
+  const std::string probe =
+      " -c 'import hvd._core as c, hvd.torch, torch; "
+      "print(\"importable, torch \" + torch.__version__ + \", nccl \" + str(c.nccl_built()) "
+      "+ \" (\" + c.__file__ + \")\")'";
+  std::string l = first_line(py + probe);
+  std::string dir = HVD_RUNNER_PYTHON_DIR;
+  if (l.empty() && !dir.empty() && access(dir.c_str(), F_OK) == 0) {
+    l = first_line("PYTHONPATH=" + dir + " " + py + probe);
+    if (!l.empty()) l += "; set PYTHONPATH=" + dir;
+  }
+  return py + ": " + (l.empty() ? "not importable (hvd.torch, torch)" : l);
+}
+
 }  // namespace
 
 int run_check_build() {
@@ -50,6 +68,8 @@ int run_check_build() {
             << "  CUDA device:          " << cuda_device() << "\n"
             << "  libtorch:             " << HVD_RUNNER_WITH_TORCH << "\n"
             << "  Python binding:       " << HVD_RUNNER_WITH_PYTHON << "\n";
+  std::string py = python_binding();
+  if (!py.empty()) std::cout << "  Python import:        " << py << "\n";
   return 0;
 }
 

@@ -168,6 +168,13 @@ void remove_process_set(const ProcessSet& process_set);
 /// Every existing set, the global one first.
 std::vector<ProcessSet> process_sets();
 
+/// Starts writing a Chrome-trace timeline of the executed collectives to `path` (on rank 0;
+/// other ranks accept the call and write nothing), replacing HVD_TIMELINE's or an earlier one.
+/// Throws hvd::Error when the file cannot be written.
+void start_timeline(const std::string& path);
+/// Closes the timeline file (valid JSON). No-op when none is being written.
+void stop_timeline();
+
 /// True once the collective finished. Never blocks.
 bool poll(const Handle& h);
 /// Blocks until finished; throws hvd::Error if it failed.

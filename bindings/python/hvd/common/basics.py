@@ -286,10 +286,14 @@ def get_process_set_ids_and_ranks():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """hvd's timeline is configured by HVD_TIMELINE=path before the job starts."""
-    raise NotImplementedError("start_timeline: set HVD_TIMELINE=path (hvdrun --timeline-filename) "
-                              "before the job starts; run-time start is not available yet")
+    """Starts writing a Chrome-trace timeline (chrome://tracing, Perfetto) of the executed
+    collectives to `file_path` on rank 0 (other ranks write nothing). `mark_cycles` is accepted
+    for Horovod compatibility; negotiation rounds are not marked."""
+    _check_init("start_timeline")
+    _core.start_timeline(str(file_path))
 
 
 def stop_timeline():
-    raise NotImplementedError("stop_timeline: the timeline ends with the job (HVD_TIMELINE)")
+    """Closes the timeline file (valid JSON)."""
+    _check_init("stop_timeline")
+    _core.stop_timeline()

@@ -7,6 +7,8 @@ tensors alive until the collective finished; `synchronize(handle)` returns the r
 Outputs whose size negotiation decides (allgather, alltoall, reducescatter) are hvd's memory,
 handed to torch through DLPack without a copy.
 """
+import warnings
+
 import torch
 from torch.utils.dlpack import from_dlpack
 
@@ -46,6 +48,9 @@ def _op(average, op, fn):
     if op is not None and average is not None:
         raise ValueError(f"{fn}: the op parameter supersedes average; pass only one")
     if op is None:
+        if average is not None:
+            warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
+                          DeprecationWarning, stacklevel=3)
         op = Average if average is None or average else Sum
     return basics.check_op(op)
 
@@ -213,31 +218,50 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                                                 postscale_factor, process_set))
 
 
+class _SparseHandle:
+    """The handle of sparse_allreduce_async: callable, as Horovod's (``handle()`` returns the
+    result), and usable with poll() and synchronize() like every other handle."""
+    __slots__ = ("_indices", "_values", "ctx")
+
+    def __init__(self, indices, values, finish):
+        self._indices, self._values, self.ctx = indices, values, _Finish(finish)
+
+    def poll(self):
+        return self._indices.poll() and self._values.poll()
+
+    def wait(self):
+        self._values.wait()
+        self._indices.wait()
+
+    def __call__(self):
+        return synchronize(self)
+
+
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Allreduce of a sparse COO tensor as Horovod does it: the indices and values of every
     rank are allgathered and summed (divided by the set size for Average) on coalescing.
-    synchronize(handle) returns the sparse result."""
+    Returns a handle; ``synchronize(handle)`` or ``handle()`` gives the sparse result."""
     op = basics.check_op(op)
     if op not in (Sum, Average):
         raise ValueError("sparse_allreduce_async supports op=Sum or Average")
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
     indices = t._indices().t().contiguous()  # [nnz, ndim]: rows are gathered
     values = t._values().contiguous()
-    base = name or "sparse"
-    hi = allgather_async(indices, name=base + ".indices", process_set=process_set)
-    hv = allgather_async(values, name=base + ".values", process_set=process_set)
+    # Unnamed: automatic names, so several unnamed calls may be in flight at once.
+    hi = allgather_async(indices, name=None if name is None else f"{name}.indices",
+                         process_set=process_set)
+    hv = allgather_async(values, name=None if name is None else f"{name}.values",
+                         process_set=process_set)
     size = tensor.size()
     n = _set_size(process_set)
 
-    def finish(h):  # h is hv: no reference to it in this closure (no cycle)
-        idx = synchronize(hi).t()
-        val = _from_output(h, values)
+    def finish(h):
+        idx = synchronize(h._indices).t()
+        val = synchronize(h._values)
         if op == Average:
             val = val / n
         return torch.sparse_coo_tensor(idx, val, size)
-    hv.ctx = _Finish(finish)
-    hv.keep = (hv.keep, hi)
-    return hv
+    return _SparseHandle(hi, hv, finish)
 
 
 def _set_size(process_set):
@@ -278,13 +302,18 @@ class _Allgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        # Horovod's convention (since 0.22): the gradients of the ranks are averaged.
         ps = ctx.process_set
-        reduced = allreduce(grad, op=Sum, process_set=ps)
+        reduced = allreduce(grad, op=Average, process_set=ps)
         rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
                                            process_set=ps))
         r = _set_rank(ps)
         offset = int(rows[:r].sum()) if r > 0 else 0
         return reduced.narrow(0, offset, ctx.rows), None, None
+
+
+def _rows(tensors):
+    return [t.shape[0] if t.dim() else 1 for t in tensors]
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -315,8 +344,28 @@ def _group_handle(hs, likes):
     return last
 
 
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.rows = _rows(tensors)
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ps = ctx.process_set
+        reduced = grouped_allreduce([g.contiguous() for g in grads], op=Average, process_set=ps)
+        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
+                                           process_set=ps))
+        r = _set_rank(ps)
+        offsets = rows[:r].sum(0).tolist() if r > 0 else [0] * len(ctx.rows)
+        return (None, None) + tuple(g.narrow(0, int(o), n)
+                                    for g, o, n in zip(reduced, offsets, ctx.rows))
+
+
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+    """Allgathers negotiated together (differentiable); returns the list of outputs."""
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -379,8 +428,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     h = _core.alltoall_async(src, _desc(src), _splits_list(splits), name or "",
                              _set_id(process_set))
 
+    # Horovod: received splits have the dtype of `splits` when it is a tensor, else int32.
+    rdtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+
     def finish(hh):
-        return _from_output(hh, src), torch.tensor(hh.received_splits, dtype=torch.int32)
+        return _from_output(hh, src), torch.tensor(hh.received_splits, dtype=rdtype)
     h.ctx = _Finish(finish)
     return h
 
@@ -411,7 +463,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 
 def _rs_op(op):
-    op = basics.check_op(op)
+    op = basics.check_op(Average if op is None else op)
     if op not in (Sum, Average):
         raise ValueError("reducescatter supports op=Sum or Average")
     return op
@@ -435,14 +487,20 @@ class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         op, ps, pre, post = ctx.args
-        full = allgather(grad.contiguous(), process_set=ps)
-        scale = pre * post / (_set_size(ps) if op == Average else 1)
-        return full * scale if scale != 1 else full, None, None, None, None, None
+        full = synchronize(allgather_async(grad, process_set=ps))
+        return full * _rs_grad_scale(op, ps, pre, post), None, None, None, None, None
+
+
+def _rs_grad_scale(op, process_set, pre, post):
+    """Horovod's convention for the gradient of reducescatter: the allgathered gradient,
+    times the set size for Sum (as if the ranks' losses were averaged), times the scales."""
+    return (_set_size(process_set) if op == Sum else 1) * pre * post
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatter (differentiable); returns this rank's slice of the reduction."""
+    op = _rs_op(op)
     wire, cctx = compression.compress(tensor)
     out = _Reducescatter.apply(wire, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(out, cctx)
@@ -458,12 +516,29 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     return _group_handle(hs, srcs)
 
 
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, pre, post, *tensors):
+        ctx.args = (op, process_set, pre, post)
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op,
+                                                             process_set, pre, post)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, ps, pre, post = ctx.args
+        full = synchronize(grouped_allgather_async(list(grads), process_set=ps))
+        scale = _rs_grad_scale(op, ps, pre, post)
+        return (None, None, None, None, None) + tuple(f * scale for f in full)
+
+
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
+    """Reducescatters negotiated together (differentiable); returns the list of slices."""
+    op = _rs_op(op)
     pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_reducescatter_async([p[0] for p in pairs], name, op, process_set,
-                                                   prescale_factor, postscale_factor))
+    outs = _GroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
+                                       *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 

@@ -94,6 +94,12 @@ class Runtime {
   /// One negotiation round plus execution. Returns false once the runtime has stopped.
   bool run_once();
 
+  /// Starts writing the timeline to `path` (rank 0 of the global set; a no-op elsewhere),
+  /// closing any timeline already being written. Errors when the file cannot be opened.
+  Status start_timeline(const std::string& path);
+  /// Closes the timeline (a valid JSON array). No-op when none is being written.
+  void stop_timeline();
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   const Config& config() const { return config_; }
@@ -161,7 +167,10 @@ class Runtime {
   static constexpr std::chrono::microseconds kSettleCap{1000};
   bool stopped_ = false;
   Status stop_status_;
-  std::unique_ptr<Timeline> timeline_;  // rank 0 of the global set, when HVD_TIMELINE is set
+  // Rank 0 of the global set, from HVD_TIMELINE or start_timeline(); the background thread
+  // takes a reference per response, so stop_timeline() never closes a file in use.
+  mutable std::mutex timeline_mu_;
+  std::shared_ptr<Timeline> timeline_;
   std::thread thread_;
   bool loop_exited_ = false;
   std::condition_variable exit_cv_;

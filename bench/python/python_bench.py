@@ -1,0 +1,205 @@
+# SPDX-License-Identifier: Apache-2.0
+"""hvd.torch against torch.distributed (gloo) at np = 2, on the same models, data and seeds.
+
+    mpirun -np 2 --bind-to none /usr/bin/python3 bench/python/python_bench.py \
+        [--cpp hvd_bench.txt] [--steps 30] [--iters 30] [--only train|allreduce]
+
+1. Training: samples/s of hvd.torch.DistributedOptimizer against DistributedDataParallel
+   (gloo), torch.set_num_threads(1) per rank, batch 64 per rank: a small CNN (~0.56M
+   parameters, 10 tensors) and a deep MLP (24 x Linear(256, 256) + Linear(256, 10), ~1.6M
+   parameters, 50 tensors). Each number is the median step time over --steps steps and
+   alternating rounds (hvd, DDP, hvd, DDP).
+2. Allreduce (Sum, float32) of K tensors of S floats: hvd.torch's allreduce_async_ per tensor +
+   synchronize, grouped_allreduce_, and gloo's K all_reduce(async_op=True) + wait; medians of
+   the slowest rank, compared with the C++ API's figures from hvd_bench (--cpp: its output).
+"""
+import argparse
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+import hvd.torch as hvd
+
+CASES = [(1, 1 << 20, "1x1Mi"), (64, 16 << 10, "64x16Ki"), (16, 1 << 20, "16x1Mi"),
+         (1024, 256, "1024x256")]
+BATCH = 64
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.conv3 = nn.Conv2d(64, 64, 3, padding=1)
+        self.fc1 = nn.Linear(64 * 7 * 7, 160)
+        self.fc2 = nn.Linear(160, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.conv3(x))
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def deep_mlp():
+    layers = []
+    for _ in range(24):
+        layers += [nn.Linear(256, 256), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(256, 10))
+
+
+MODELS = {"cnn": (SmallCNN, (1, 28, 28)), "mlp": (deep_mlp, (256,))}
+
+
+def slowest(ms):
+    """The slowest rank's value (the job goes at its pace)."""
+    t = torch.tensor([ms], dtype=torch.float64)
+    return hvd.allreduce(t, op=hvd.Max, name="bench.slowest").item()
+
+
+def train_steps(kind, impl, steps):
+    make, shape = MODELS[kind]
+    torch.manual_seed(0)
+    model = make()
+    gen = torch.Generator().manual_seed(1234 + hvd.rank())
+    xs = [torch.randn((BATCH,) + shape, generator=gen) for _ in range(4)]
+    ys = [torch.randint(0, 10, (BATCH,), generator=gen) for _ in range(4)]
+    if impl == "hvd":
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                                       named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        net = model
+    else:
+        net = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    times = []
+    for i in range(steps + 5):
+        hvd.barrier()
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        F.cross_entropy(net(xs[i % 4]), ys[i % 4]).backward()
+        opt.step()
+        dt = (time.perf_counter() - t0) * 1e3
+        if i >= 5:
+            times.append(slowest(dt))
+    return times
+
+
+def bench_train(steps):
+    rows = []
+    for kind in MODELS:
+        res = {"hvd": [], "ddp": []}
+        for _ in range(2):
+            for impl in ("hvd", "ddp"):
+                res[impl] += train_steps(kind, impl, steps)
+        n = hvd.size() * BATCH
+        hvd_sps = n / statistics.median(res["hvd"]) * 1e3
+        ddp_sps = n / statistics.median(res["ddp"]) * 1e3
+        rows.append((kind, hvd_sps, ddp_sps))
+    if hvd.rank() == 0:
+        params = {k: sum(p.numel() for p in MODELS[k][0]().parameters()) for k in MODELS}
+        tensors = {k: len(list(MODELS[k][0]().parameters())) for k in MODELS}
+        print(f"training: samples/s, np={hvd.size()}, batch {BATCH}/rank, 1 thread/rank, "
+              "median step of the slowest rank")
+        print(f"{'model':<6} {'params':>9} {'tensors':>8} {'hvd.torch':>10} {'DDP gloo':>10} "
+              f"{'ratio':>7}")
+        for kind, h, d in rows:
+            print(f"{kind:<6} {params[kind]:>9} {tensors[kind]:>8} {h:>10.0f} {d:>10.0f} "
+                  f"{h / d:>6.2f}x")
+        print()
+
+
+def median_slowest(iters, fn):
+    for _ in range(3):
+        fn()
+    xs = []
+    for _ in range(iters):
+        hvd.barrier()
+        t0 = time.perf_counter()
+        fn()
+        xs.append(slowest((time.perf_counter() - t0) * 1e3))
+    return statistics.median(xs)
+
+
+def read_cpp(path):
+    """hvd_bench's table: case -> (per-tensor ms, grouped ms)."""
+    out = {}
+    if not path or not os.path.exists(path):
+        return out
+    for line in open(path):
+        f = line.split()
+        if len(f) >= 7 and f[0] in {c[2] for c in CASES}:
+            out[f[0]] = (float(f[2]), float(f[6]))
+    return out
+
+
+def bench_allreduce(iters, cpp):
+    rows = []
+    for k, s, label in CASES:
+        ts = [torch.ones(s) for _ in range(k)]
+        names = [f"{label}.{j}" for j in range(k)]
+
+        def per_tensor():
+            hs = [hvd.allreduce_async_(t, name=n, op=hvd.Sum) for t, n in zip(ts, names)]
+            for h in hs:
+                hvd.synchronize(h)
+
+        def grouped():
+            hvd.grouped_allreduce_(ts, name=label + ".group", op=hvd.Sum)
+
+        def gloo():
+            works = [dist.all_reduce(t, async_op=True) for t in ts]
+            for w in works:
+                w.wait()
+
+        def submit_only():
+            t0 = time.perf_counter()
+            hs = [hvd.allreduce_async_(t, name=n, op=hvd.Sum) for t, n in zip(ts, names)]
+            dt = time.perf_counter() - t0
+            for h in hs:
+                hvd.synchronize(h)
+            return dt
+        per_call_us = statistics.median(submit_only() for _ in range(5)) / k * 1e6
+        rows.append((label, median_slowest(iters, per_tensor), median_slowest(iters, grouped),
+                     median_slowest(iters, gloo), per_call_us))
+    if hvd.rank() == 0:
+        print(f"allreduce (Sum, float32), np={hvd.size()}, {iters} iterations, median of the "
+              "slowest rank; C++ = hvd_bench in this run")
+        print(f"{'case':<9} {'py ms':>8} {'C++ ms':>8} {'py/C++':>7} {'py grp':>8} "
+              f"{'C++ grp':>8} {'grp ratio':>9} {'gloo ms':>8} {'py/gloo':>8} {'us/call':>8}")
+        for label, py, grp, gl, us in rows:
+            c, cg = cpp.get(label, (float("nan"), float("nan")))
+            print(f"{label:<9} {py:>8.3f} {c:>8.3f} {py / c:>6.2f}x {grp:>8.3f} {cg:>8.3f} "
+                  f"{grp / cg:>8.2f}x {gl:>8.3f} {py / gl:>7.2f}x {us:>8.2f}")
+        print()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cpp", default="")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--only", choices=["train", "allreduce"], default=None)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    hvd.init()
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    dist.init_process_group("gloo", rank=hvd.rank(), world_size=hvd.size())
+    if hvd.rank() == 0:
+        print(f"torch {torch.__version__}, load average {os.getloadavg()[0]:.2f}\n")
+    if a.only in (None, "train"):
+        bench_train(a.steps)
+    if a.only in (None, "allreduce"):
+        bench_allreduce(a.iters, read_cpp(a.cpp))
+    dist.destroy_process_group()
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

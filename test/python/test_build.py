@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: Apache-2.0
+"""[python] The binding's build contract and run-time timeline."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+import hvd
+import hvd.torch as hvd_torch
+from hvd import _core
+
+
+def test_extension_links_no_torch_library():
+    """One build for every torch version: the extension depends on no libtorch/c10 library
+    and its symbols name no torch namespace."""
+    libs = subprocess.run(["ldd", _core.__file__], capture_output=True, text=True,
+                          check=True).stdout
+    assert "libtorch" not in libs and "libc10" not in libs, libs
+    syms = subprocess.run(["nm", "-D", "--undefined-only", _core.__file__], capture_output=True,
+                          text=True, check=True).stdout
+    assert "c10" not in syms and "at::" not in syms and "torch" not in syms.lower()
+
+
+def test_extension_imports_without_torch():
+    """The extension and hvd.common load in an interpreter that never imported torch."""
+    code = ("import sys, hvd._core, hvd.common.basics; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("OMPI_", "PMIX_")):
+            del env[k]  # a fresh singleton, not a rank of this job
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+def test_package_version():
+    assert hvd.__version__
+
+
+def test_timeline_written_at_run_time():
+    """start_timeline/stop_timeline: rank 0 writes a Chrome trace naming the collectives run
+    in between; the file is valid JSON once stopped."""
+    path = os.path.join(tempfile.gettempdir(), f"hvd_py_timeline_{os.getppid()}.json")
+    hvd_torch.start_timeline(path)
+    x = torch.ones(8)
+    hvd_torch.allreduce_(x, name="timeline.probe", op=hvd_torch.Sum)
+    hvd_torch.stop_timeline()
+    hvd_torch.allreduce_(x, name="timeline.after_stop", op=hvd_torch.Sum)
+    assert torch.equal(x, torch.full((8,), float(hvd_torch.size() ** 2)))
+    if hvd_torch.rank() == 0:
+        with open(path) as f:
+            events = json.load(f)
+        names = [e["name"] for e in events]
+        assert "timeline.probe" in names
+        assert "timeline.after_stop" not in names
+        probe = events[names.index("timeline.probe")]
+        assert probe["args"]["bytes"] == 32 and probe["args"]["ok"] is True
+        os.remove(path)
+    hvd_torch.barrier()
