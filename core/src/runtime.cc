@@ -154,8 +154,9 @@ Handle Runtime::enqueue_with(const std::string& name,
   if (!slot.allocator && !slot.pool) slot.pool = pool_;
   slot.active = true;
   ++active_;
-  queue_.push_back(&slot);          // slots do not move; only the user side erases idle ones
-  if (sleeping_) cv_.notify_one();  // only an idle loop needs waking; a busy one looks anyway
+  queue_.push_back(&slot);  // slots do not move; only the user side erases idle ones
+  // Only an idle or backing-off loop needs waking; a busy one looks anyway.
+  if (sleeping_ || pausing_) cv_.notify_one();
   return h;
 }
 
@@ -192,7 +193,9 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
     // names). All ranks saw the same empty rounds, so all back off alike instead of spinning;
     // new local work ends the pause at once.
     auto pause = kSettleStep * (1 << std::min(fruitless_rounds_, 5));
+    pausing_ = true;  // enqueue() wakes a pausing loop as it wakes a sleeping one
     cv_.wait_for(lk, pause, [&] { return stopped_ || !queue_.empty() || shutdown_requested_; });
+    pausing_ = false;
   }
   if (was_idle && !shutdown_requested_) {
     if (config_.cycle_time_ms > 0) {

@@ -18,7 +18,14 @@ std::string retag_line(const std::string& line) {
   if (close + 1 >= line.size() || line[close + 1] != '<' || gt == std::string::npos) return line;
   std::string stream = line.substr(close + 1, gt - close);  // <stdout>
   std::string rank = line.substr(comma + 1, close - comma - 1);
-  return "[" + rank + "]" + stream + ": " + line.substr(gt + 2);
+  // mpirun tags each chunk a rank wrote, not each line: a line written in pieces (Python's
+  // print writes the text and the newline separately) carries the same tag again inside it.
+  const std::string tag = line.substr(0, gt + 2);
+  std::string rest = line.substr(gt + 2);
+  for (size_t at = rest.find(tag); at != std::string::npos; at = rest.find(tag, at)) {
+    rest.erase(at, tag.size());
+  }
+  return "[" + rank + "]" + stream + ": " + rest;
 }
 
 }  // namespace hvd::runner

@@ -45,6 +45,11 @@ TEST_CASE("mpirun's [job,rank] tags become [rank]", "[unit]") {
         "[vm:123] *** Process received signal");
   CHECK(retag_line("[1,x]<stdout>:a") == "[1,x]<stdout>:a");
   CHECK(retag_line("[,1]<stdout>:a") == "[,1]<stdout>:a");
+  // A line written in pieces carries its tag again inside; another rank's tag stays.
+  CHECK(retag_line("[1,0]<stdout>:epoch 2 (2 ranks)[1,0]<stdout>:") ==
+        "[0]<stdout>: epoch 2 (2 ranks)");
+  CHECK(retag_line("[1,0]<stdout>:a[1,0]<stdout>:b[1,1]<stdout>:c") ==
+        "[0]<stdout>: ab[1,1]<stdout>:c");
 }
 
 TEST_CASE("agent report round-trips and ignores login noise", "[unit]") {

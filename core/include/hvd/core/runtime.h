@@ -158,11 +158,11 @@ class Runtime {
   std::vector<TensorEntry*> fresh_;             // background thread: this round's new entries
   std::vector<const Request*> ready_requests_;  // background thread: execute_cached scratch
   bool shutdown_requested_ = false;
-  bool sleeping_ = false;
+  bool sleeping_ = false;       // the loop is blocked waiting for the first request of a burst
+  bool pausing_ = false;        // the loop backs off after fruitless rounds (new work ends it)
   bool settling_ = false;       // gathering a burst (a waiting user thread ends it)
   uint64_t wait_listener_ = 0;  // add_wait_listener id
-  int fruitless_rounds_ = 0;  // consecutive rounds that matched nothing (background thread only) //
-                              // the loop is blocked waiting for the first request of a burst
+  int fruitless_rounds_ = 0;    // consecutive rounds that matched nothing (background thread only)
   static constexpr std::chrono::microseconds kSettleStep{30};
   static constexpr std::chrono::microseconds kSettleCap{1000};
   bool stopped_ = false;
