@@ -11,7 +11,7 @@ trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
 rel=$(sed -n 's/^HVD_PYTHON_INSTALL_DIR:STRING=//p' "$build/CMakeCache.txt")
 pkg="$prefix/$rel/hvd"
-ls "$pkg"/_core*.so "$pkg/torch/__init__.py" >/dev/null
+ls "$pkg"/_core*.so "$pkg/torch/__init__.py" "$pkg/numpy/__init__.py" >/dev/null
 env -u PYTHONPATH PYTHONPATH="$prefix/$rel" "$py" - "$prefix" <<'PY'
 import sys
 import torch

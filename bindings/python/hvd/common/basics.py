@@ -265,6 +265,12 @@ def add_process_set(process_set):
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     if ps.process_set_id is not None:
         raise ValueError(f"{ps} is already registered")
+    # As Horovod: no two sets with the same ranks (every rank sees the same table, so every
+    # rank raises here and none enters the collective registration).
+    for i in _core.process_set_ids():
+        if _core.process_set_ranks(i) == ps.ranks:
+            raise ValueError(f"Attempted to add a duplicate process set: {ps} has the ranks of "
+                             f"process set {i}; use that one")
     ps.process_set_id = _core.add_process_set(ps.ranks)
     _registered[ps.process_set_id] = ps
     return ps

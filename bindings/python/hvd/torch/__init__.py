@@ -20,3 +20,8 @@ from hvd.torch.mpi_ops import (  # noqa: F401
     grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
     grouped_reducescatter_async, join, poll, reducescatter, reducescatter_async,
     sparse_allreduce_async, synchronize)
+from hvd.torch.functions import (  # noqa: F401
+    allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
+from hvd.torch.optimizer import DistributedOptimizer  # noqa: F401
+from hvd.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
+from hvd.torch import elastic  # noqa: F401,E402

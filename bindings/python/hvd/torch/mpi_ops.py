@@ -365,6 +365,8 @@ class _GroupedAllgather(torch.autograd.Function):
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers negotiated together (differentiable); returns the list of outputs."""
+    if not tensors:
+        return []
     return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
@@ -536,6 +538,8 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           postscale_factor=1.0):
     """Reducescatters negotiated together (differentiable); returns the list of slices."""
     op = _rs_op(op)
+    if not tensors:
+        return []
     pairs = [compression.compress(t) for t in tensors]
     outs = _GroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
                                        *[p[0] for p in pairs])

@@ -1,0 +1,280 @@
+# SPDX-License-Identifier: Apache-2.0
+"""DistributedOptimizer: horovod.torch.DistributedOptimizer (0.28) on hvd's gradient registry.
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    for x, y in loader:
+        opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
+
+Each parameter's allreduce starts during backward(), as soon as autograd has accumulated its
+gradient, so communication overlaps the rest of backward; step() waits for the reductions of its
+own parameters, then applies them with the wrapped optimizer's update rule.
+
+Parameters are tracked in one process-wide registry keyed by tensor identity
+(hvd/torch/_grad_registry.py): several optimizers holding one parameter (a shared encoder, a GAN's
+discriminator reached by the generator's loss) share one hook and one reduction per backward pass,
+and each of them applies the same reduced gradient. Each optimizer may be given the model's own
+``named_parameters()``; no renaming and no ``synchronize()`` calls are needed. Horovod's explicit
+style (distinct names per optimizer, ``synchronize()``, ``skip_synchronize()``) keeps working and
+gives the same result. Unlike Horovod, ``zero_grad()`` while reductions of its parameters are in
+flight waits for them and then zeroes, as a single-process program would.
+"""
+import contextlib
+import itertools
+import weakref
+
+import torch
+
+from hvd.common import basics
+from hvd.common.basics import Average, Sum, global_process_set
+from hvd.torch import mpi_ops
+from hvd.torch._grad_registry import REGISTRY, Settings
+from hvd.torch.compression import Compression
+
+_owner_ids = itertools.count()
+
+
+def _check_settings(compression, bpps, op, predivide, sparse_as_dense, process_set):
+    op = basics.check_op(op)  # Adasum: NotImplementedError
+    if op not in (Average, Sum):
+        raise ValueError("DistributedOptimizer: op must be hvd.Average or hvd.Sum")
+    if int(bpps) != bpps or bpps < 1:
+        raise ValueError(f"DistributedOptimizer: backward_passes_per_step must be an integer "
+                         f">= 1, got {bpps!r}")
+    if not predivide > 0:
+        raise ValueError(f"DistributedOptimizer: gradient_predivide_factor must be > 0, got "
+                         f"{predivide!r}")
+    if predivide != 1.0 and op != Average:
+        raise ValueError("DistributedOptimizer: gradient_predivide_factor is only supported with "
+                         "op=hvd.Average")
+    if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+        raise ValueError("DistributedOptimizer: compression must be a Compressor such as "
+                         "hvd.Compression.none or hvd.Compression.fp16")
+    basics._set_id(process_set)  # TypeError / ValueError for an unusable process set
+    return Settings(op, compression, int(bpps), float(predivide), process_set,
+                    bool(sparse_as_dense))
+
+
+def _names_by_id(named_parameters):
+    """{id(tensor): name} from (name, tensor) pairs; None when no names were given."""
+    if named_parameters is None:
+        return None
+    named = list(named_parameters)
+    if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters()")
+    by_name, out = {}, {}
+    for name, t in named:
+        if by_name.setdefault(name, t) is not t:
+            raise ValueError(f"DistributedOptimizer: two different tensors are named '{name}' in "
+                             "named_parameters; parameter names must be unique")
+        out.setdefault(id(t), name)
+    return out
+
+
+def _split(n, k):
+    """k contiguous, nearly equal index ranges covering range(n) (empty ones dropped)."""
+    d, r = divmod(n, k)
+    bounds = [i * d + min(i, r) for i in range(k + 1)]
+    return [list(range(bounds[i], bounds[i + 1])) for i in range(k) if bounds[i + 1] > bounds[i]]
+
+
+def _make_groups(num_groups, groups, specs):
+    """Index lists into `specs` (only groups of two or more parameters)."""
+    if groups is None and num_groups:
+        groups = num_groups
+    if groups is None or (isinstance(groups, int) and groups == 0):
+        return []
+    if isinstance(groups, int):
+        if groups < 0:
+            raise ValueError("groups should be a non-negative integer or a list of lists of "
+                             "parameters")
+        return [g for g in _split(len(specs), groups) if len(g) > 1]
+    by_id = {id(p): i for i, (_, p) in enumerate(specs)}
+    by_name = {n: i for i, (n, _) in enumerate(specs) if n is not None}
+    used, out = set(), []
+    for group in groups:
+        idx = []
+        for member in group:
+            i = by_name.get(member) if isinstance(member, str) else (
+                by_id.get(id(member)) if isinstance(member, torch.Tensor) else None)
+            if i is None:
+                raise ValueError(f"DistributedOptimizer: groups member {member!r:.60} is not a "
+                                 "trainable parameter (tensor or name) of this optimizer")
+            if i in used:
+                raise ValueError("DistributedOptimizer: a parameter can only appear once in "
+                                 f"groups ('{specs[i][0]}')")
+            used.add(i)
+            idx.append(i)
+        if len(idx) > 1:
+            out.append(idx)
+    return out
+
+
+class _DistributedOptimizer:
+    """Methods of the subclass DistributedOptimizer() creates for the wrapped class."""
+
+    def _hvd_setup(self, named_parameters, settings, num_groups, groups):
+        self._hvd_owner = next(_owner_ids)
+        self._hvd_label = f"DistributedOptimizer#{self._hvd_owner}({self._hvd_base.__name__})"
+        self._hvd_settings = settings
+        self._hvd_names = _names_by_id(named_parameters)
+        self._hvd_sync = True
+        self._hvd_entries = []
+        specs = self._hvd_specs(self.param_groups)
+        self._hvd_entries = REGISTRY.add(self._hvd_owner, self._hvd_label, specs, settings,
+                                         _make_groups(num_groups, groups, specs))
+        # Horovod's public attributes.
+        self.backward_passes_per_step = settings.bpps
+        self.op = settings.op
+        self.gradient_predivide_factor = settings.predivide
+        self.process_set = settings.process_set
+        self.sparse_as_dense = settings.sparse_as_dense
+        self._compression = settings.compression
+        weakref.finalize(self, REGISTRY.remove, self._hvd_owner, self._hvd_entries)
+
+    def _hvd_specs(self, param_groups):
+        """[(name or None, param)] of the trainable parameters not registered yet."""
+        seen = {id(e.param) for e in self._hvd_entries}
+        specs = []
+        for gi, group in enumerate(param_groups):
+            for pi, p in enumerate(group["params"]):
+                if not p.requires_grad or id(p) in seen:
+                    continue
+                seen.add(id(p))
+                name = None if self._hvd_names is None else self._hvd_names.get(id(p))
+                if self._hvd_names is not None and name is None:
+                    raise ValueError(
+                        f"DistributedOptimizer: named_parameters was given, but parameter {pi} of "
+                        f"param group {gi} ({p.dtype}{list(p.shape)}, Python object id {id(p)}) "
+                        "is not named; pass the names of all the optimizer's parameters, or none")
+                specs.append((name, p))
+        return specs
+
+    def synchronize(self):
+        """Waits until every parameter of this optimizer holds its reduced gradient. Reductions
+        not yet started (no gradient on this rank this step, or fewer than
+        backward_passes_per_step passes) start now, contributing the current .grad (zeros when it
+        is None). Raises HorovodInternalError when a reduction failed."""
+        REGISTRY.synchronize(self._hvd_owner, self._hvd_entries)
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Inside this context step() does not synchronize: for ``synchronize()``, then e.g.
+        gradient clipping, then ``with opt.skip_synchronize(): opt.step()``."""
+        previous = self._hvd_sync
+        self._hvd_sync = False
+        try:
+            yield
+        finally:
+            self._hvd_sync = previous
+
+    def step(self, closure=None):
+        """Unless inside skip_synchronize(): synchronize(), then the wrapped optimizer's step.
+        With a closure (e.g. LBFGS), every evaluation of the closure is followed by
+        synchronize() and the loss it returns is averaged over the ranks, so that every rank
+        takes the same decisions. Inside skip_synchronize(), raises RuntimeError when a
+        reduction of this optimizer is still in flight (call synchronize() first)."""
+        if not self._hvd_sync:
+            busy = REGISTRY.first_in_flight(self._hvd_entries)
+            if busy is not None:
+                raise RuntimeError(
+                    f"step() of '{self._hvd_label}' was called inside skip_synchronize() while the "
+                    f"allreduce of the gradient of '{busy.name}' is in flight; call "
+                    "synchronize() first")
+            loss = self._hvd_base.step(self, closure) if closure is not None else \
+                self._hvd_base.step(self)
+        elif closure is None:
+            self.synchronize()
+            loss = self._hvd_base.step(self)
+        else:
+            self.synchronize()
+            loss = self._hvd_base.step(self, self._hvd_wrap(closure))
+        REGISTRY.consume(self._hvd_owner, self._hvd_entries)
+        return loss
+
+    def _hvd_wrap(self, closure):
+        def evaluate():
+            loss = closure()
+            self.synchronize()
+            if loss is None:
+                return None
+            name = self._hvd_label + ".closure_loss"
+            ps = self._hvd_settings.process_set
+            if isinstance(loss, torch.Tensor):
+                return mpi_ops.allreduce(loss.detach(), name=name, op=Average, process_set=ps)
+            t = torch.tensor([float(loss)], dtype=torch.float64)
+            return float(mpi_ops.allreduce(t, name=name, op=Average, process_set=ps)[0])
+        return evaluate
+
+    def zero_grad(self, *args, **kwargs):
+        """Zeroes the gradients as the wrapped optimizer does. Reductions of this optimizer's
+        gradients still in flight (a backward pass after its last step(), e.g. through another
+        optimizer's loss) are waited for and discarded first; accumulated backward passes are
+        dropped. Never raises for reductions in flight. (It waits for reductions this rank
+        started, which every rank must have started too: a parameter that got a gradient on some
+        ranks only must be stepped or synchronized before zero_grad(). model.zero_grad() knows
+        nothing of reductions in flight: zero through the optimizer.)"""
+        REGISTRY.quiesce(self._hvd_entries)
+        return self._hvd_base.zero_grad(self, *args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        """Changes backward_passes_per_step; passes counted so far restart from zero."""
+        _check_settings(self._compression, passes, self.op, self.gradient_predivide_factor,
+                        self.sparse_as_dense, self.process_set)
+        self.backward_passes_per_step = int(passes)
+        self._hvd_settings = self._hvd_settings._replace(bpps=int(passes))
+        REGISTRY.set_bpps(self._hvd_entries, int(passes))
+
+    def add_param_group(self, param_group):
+        """The wrapped optimizer's add_param_group; the new parameters are reduced too (named
+        from named_parameters when it was given, else automatically)."""
+        self._hvd_base.add_param_group(self, param_group)
+        try:
+            specs = self._hvd_specs(self.param_groups[-1:])
+            self._hvd_entries.extend(REGISTRY.add(self._hvd_owner, self._hvd_label, specs,
+                                                  self._hvd_settings, []))
+        except Exception:
+            self.param_groups.pop()
+            raise
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wraps `optimizer` so that step() applies gradients averaged (op=Average) or summed
+    (op=Sum) over the ranks of `process_set`.
+
+    Returns an instance of a subclass of ``type(optimizer)`` created for it (isinstance checks,
+    param_groups, state, state_dict() and LR schedulers keep working) that shares the wrapped
+    optimizer's param groups and state. `named_parameters`: (name, tensor) pairs, usually
+    ``model.named_parameters()``; names identify reductions across ranks and must be identical on
+    every rank; pairs for tensors the optimizer does not hold are ignored. Without names,
+    parameters get "param.<n>" in registration order (construct optimizers in the same order on
+    every rank). `compression`: hvd.Compression.none / fp16 / bf16. `backward_passes_per_step`:
+    backward passes summed locally before the allreduce. `gradient_predivide_factor` f (Average
+    only): gradients are scaled by 1/f before the sum and by f/size after it. `groups`: an int
+    (split the parameters into that many contiguous groups) or lists of parameters (tensors or
+    names), each reduced as one grouped allreduce; `num_groups` is the older spelling of an int
+    `groups`. `sparse_as_dense`: sparse gradients are densified before a plain allreduce (else
+    they are allgathered). Raises ValueError for invalid options, for two different tensors
+    under one name, for a parameter missing from a given `named_parameters`, and for a
+    parameter shared with another DistributedOptimizer that reduces it differently;
+    NotImplementedError for op=hvd.Adasum.
+    """
+    settings = _check_settings(compression, backward_passes_per_step, op,
+                               gradient_predivide_factor, sparse_as_dense, process_set)
+    base = type(optimizer)
+    namespace = {k: v for k, v in _DistributedOptimizer.__dict__.items()
+                 if k not in ("__dict__", "__weakref__")}
+    namespace["_hvd_base"] = base
+    namespace["__qualname__"] = base.__qualname__
+    cls = type(base.__name__, (base,), namespace)
+    obj = cls.__new__(cls)
+    obj.__dict__.update(optimizer.__dict__)
+    obj._hvd_setup(named_parameters, settings, num_groups, groups)
+    return obj
+
+
+__all__ = ["DistributedOptimizer"]

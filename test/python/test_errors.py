@@ -1,0 +1,242 @@
+# SPDX-License-Identifier: Apache-2.0
+"""[python] Errors: ranks that disagree get a HorovodInternalError on every rank naming the
+tensor and the ranks, and the job goes on; local mistakes raise at once."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import hvd.torch as hvd
+
+R, N = hvd.rank(), hvd.size()
+
+
+def expect_everywhere(call, name, *fragments):
+    """`call` raises HorovodInternalError on this rank; the message names the tensor and the
+    given fragments (regular expressions)."""
+    with pytest.raises(hvd.HorovodInternalError) as info:
+        call()
+    msg = str(info.value)
+    assert f"'{name}'" in msg, msg
+    for f in fragments:
+        assert re.search(f, msg), (f, msg)
+    return msg
+
+
+def the_job_goes_on():
+    out = hvd.allreduce(torch.full((2,), float(R + 1)), op=hvd.Sum)
+    assert out.tolist() == [N * (N + 1) / 2] * 2
+    assert hvd.allgather(torch.tensor([R])).tolist() == list(range(N))
+
+
+def test_shape_mismatch_fails_on_every_rank_naming_tensor_shapes_and_ranks():
+    msg = expect_everywhere(lambda: hvd.allreduce(torch.ones(R + 1), name="err.shape"),
+                            "err.shape", r"shape", r"\[1\]", rf"\[{N}\]", r"rank 0\b")
+    assert re.search(rf"rank {N - 1}\b|ranks [\d, -]*{N - 1}\b", msg), msg
+    the_job_goes_on()
+
+
+def test_dtype_mismatch_fails_on_every_rank():
+    dtype = torch.float32 if R == 0 else torch.float64
+    expect_everywhere(lambda: hvd.allreduce(torch.ones(2, dtype=dtype), name="err.dtype"),
+                      "err.dtype", "float32", "float64", r"rank 0\b", r"ranks? 1\b")
+    the_job_goes_on()
+
+
+def test_op_mismatch_fails_on_every_rank():
+    op = hvd.Sum if R == 0 else hvd.Max
+    expect_everywhere(lambda: hvd.allreduce(torch.ones(2), name="err.op", op=op),
+                      "err.op", "Sum", "Max", r"rank 0\b")
+    the_job_goes_on()
+
+
+def test_scale_factor_mismatch_fails_on_every_rank():
+    expect_everywhere(lambda: hvd.allreduce(torch.ones(2), name="err.scale", op=hvd.Sum,
+                                            prescale_factor=1.0 + R),
+                      "err.scale", r"rank 0\b")
+    the_job_goes_on()
+
+
+def test_async_failure_is_raised_by_synchronize_and_poll_reports_it_finished():
+    h = hvd.allreduce_async(torch.ones(R + 2), name="err.async")
+    with pytest.raises(hvd.HorovodInternalError, match="err.async"):
+        hvd.synchronize(h)
+    assert hvd.poll(h) is True
+    h = hvd.allgather_async(torch.ones(1, R + 1), name="err.async.gather")
+    with pytest.raises(hvd.HorovodInternalError, match="err.async.gather"):
+        hvd.synchronize(h)
+    the_job_goes_on()
+
+
+def test_mismatches_of_every_collective_fail_everywhere():
+    expect_everywhere(lambda: hvd.allgather(torch.ones(1, R + 1), name="err.ag"), "err.ag",
+                      r"rank 0\b")
+    expect_everywhere(lambda: hvd.broadcast(torch.ones(R + 1), 0, name="err.bc"), "err.bc",
+                      r"rank 0\b")
+    expect_everywhere(lambda: hvd.broadcast(torch.ones(2), R, name="err.root"), "err.root",
+                      "root", r"rank 0\b")
+    dtype = torch.int32 if R == 0 else torch.int64
+    expect_everywhere(lambda: hvd.alltoall(torch.ones(N, dtype=dtype), name="err.a2a"),
+                      "err.a2a", r"rank 0\b")
+    expect_everywhere(lambda: hvd.reducescatter(torch.ones(N, R + 1), name="err.rs"), "err.rs",
+                      r"rank 0\b")
+    expect_everywhere(lambda: hvd.grouped_allreduce([torch.ones(1), torch.ones(R + 1)],
+                                                    name="err.group"),
+                      "err.group/1")  # the group's second tensor
+    the_job_goes_on()
+
+
+def test_different_collectives_under_one_name_fail_everywhere():
+    def call():
+        if R == 0:
+            return hvd.allgather(torch.ones(1), name="err.kind")
+        return hvd.allreduce(torch.ones(1), name="err.kind")
+    expect_everywhere(call, "err.kind", "allgather|allreduce")
+    the_job_goes_on()
+
+
+def test_duplicate_name_in_flight_raises_at_once():
+    x = torch.ones(3)
+    if R == 0:
+        h = hvd.allreduce_async(x, name="err.dup", op=hvd.Sum)
+        with pytest.raises(hvd.HorovodInternalError, match="err.dup.*in flight|in flight"):
+            hvd.allreduce_async(x, name="err.dup", op=hvd.Sum)  # the others have not come yet
+        with pytest.raises(hvd.HorovodInternalError, match="err.dup"):
+            hvd.allgather_async(torch.ones(1, 3), name="err.dup")
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = hvd.allreduce_async(x, name="err.dup", op=hvd.Sum)
+    assert hvd.synchronize(h).tolist() == [N] * 3  # the first one is unharmed
+    # Once it finished, the name is free again.
+    assert hvd.allreduce(x, name="err.dup", op=hvd.Sum).tolist() == [N] * 3
+
+
+def test_bad_root_raises_on_every_rank():
+    for root in (N, -1):
+        with pytest.raises(hvd.HorovodInternalError, match=rf"root rank {root}"):
+            hvd.broadcast(torch.ones(2), root)
+        with pytest.raises(hvd.HorovodInternalError, match="root"):
+            hvd.broadcast_(torch.ones(2), root)
+    the_job_goes_on()
+
+
+def test_bad_alltoall_splits_raise():
+    with pytest.raises(hvd.HorovodInternalError, match="split"):
+        hvd.alltoall(torch.ones(N + 1), splits=[1] * N)  # sum != rows
+    with pytest.raises(hvd.HorovodInternalError, match="split"):
+        hvd.alltoall(torch.ones(N + 1), splits=[N + 1])  # one split per rank
+    if N > 1:
+        with pytest.raises(hvd.HorovodInternalError, match="evenly"):
+            hvd.alltoall(torch.ones(N + 1))
+    the_job_goes_on()
+
+
+def test_local_argument_errors():
+    with pytest.raises(ValueError, match="complex"):
+        hvd.allreduce(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(ValueError, match="Sum or Average"):
+        hvd.reducescatter(torch.ones(2), op=hvd.Max)
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.grouped_reducescatter([torch.ones(2)], op=hvd.Adasum)
+    with pytest.raises(hvd.HorovodInternalError, match="scalar"):
+        hvd.allgather(torch.tensor(1.0))
+    with pytest.raises(TypeError, match="process_set"):
+        hvd.allreduce(torch.ones(1), process_set=[0])
+    with pytest.raises(ValueError, match="not registered"):
+        hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([0]))
+    the_job_goes_on()
+
+
+def test_collectives_on_a_set_without_this_rank_raise():
+    ps = hvd.add_process_set([0])
+    try:
+        if R == 0:
+            assert hvd.allreduce(torch.ones(1), process_set=ps).tolist() == [1.0]
+        else:
+            with pytest.raises(hvd.HorovodInternalError, match="not a member"):
+                hvd.allreduce(torch.ones(1), process_set=ps)
+        with pytest.raises(hvd.HorovodInternalError, match="root" if R == 0 else "not a member"):
+            hvd.broadcast(torch.ones(1), 1, process_set=ps)  # set ranks are 0..size-1
+    finally:
+        hvd.remove_process_set(ps)
+    the_job_goes_on()
+
+
+def test_collectives_a_joined_rank_cannot_serve_fail_on_the_others_naming_it():
+    if R == 0:
+        hvd.join()
+    else:
+        for call, name in ((lambda: hvd.alltoall(torch.ones(N), name="err.j.a2a"),
+                            "err.j.a2a"),
+                           (lambda: hvd.reducescatter(torch.ones(N), name="err.j.rs"),
+                            "err.j.rs"),
+                           (lambda: hvd.broadcast(torch.ones(1), 0, name="err.j.bc"),
+                            "err.j.bc")):
+            expect_everywhere(call, name, r"rank 0\b", "join")
+        hvd.join()
+    the_job_goes_on()
+
+
+def test_internal_error_names():
+    assert hvd.HvdInternalError is hvd.HorovodInternalError
+    from hvd.common.exceptions import HorovodInternalError
+    assert HorovodInternalError is hvd.HorovodInternalError
+    assert issubclass(hvd.HorovodInternalError, RuntimeError)
+
+
+def test_calls_before_init_raise_value_error():
+    code = r"""
+import torch
+import hvd.torch as hvd
+from hvd import _core
+assert not hvd.is_initialized()
+for name in ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
+             "is_homogeneous", "mpi_threads_supported"):
+    try:
+        getattr(hvd, name)()
+    except ValueError as e:
+        assert "init" in str(e), e
+    else:
+        raise SystemExit(f"{name}() did not raise")
+calls = {"allreduce": lambda: hvd.allreduce(torch.ones(1)),
+         "allreduce_async_": lambda: hvd.allreduce_async_(torch.ones(1)),
+         "grouped_allreduce": lambda: hvd.grouped_allreduce([torch.ones(1)]),
+         "allgather": lambda: hvd.allgather(torch.ones(1)),
+         "broadcast": lambda: hvd.broadcast(torch.ones(1), 0),
+         "alltoall": lambda: hvd.alltoall(torch.ones(1)),
+         "reducescatter": lambda: hvd.reducescatter(torch.ones(1)),
+         "barrier": hvd.barrier, "join": hvd.join,
+         "add_process_set": lambda: hvd.add_process_set([0])}
+for name, call in calls.items():
+    try:
+        call()
+    except ValueError as e:
+        assert "init" in str(e), e
+        # Horovod raises HorovodInternalError from collectives: both hold.
+        if name != "add_process_set":
+            assert isinstance(e, hvd.HorovodInternalError), (name, type(e))
+    else:
+        raise SystemExit(f"{name} did not raise")
+assert _core.graveyard_size() == 0
+hvd.init()
+assert hvd.size() == 1 and hvd.rank() == 0
+assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [1.0, 1.0]
+hvd.shutdown()
+try:
+    hvd.allreduce(torch.ones(1))
+except ValueError:
+    pass
+else:
+    raise SystemExit("allreduce after shutdown did not raise")
+print("ok")
+"""
+    if R != 0:
+        return  # one plain (non-MPI) interpreter is enough
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stdout + res.stderr

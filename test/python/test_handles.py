@@ -1,0 +1,240 @@
+# SPDX-License-Identifier: Apache-2.0
+"""[python] Handles: tensors live exactly as long as their collective needs them; dropped
+handles neither leak nor crash; poll/synchronize behave as Horovod's."""
+import gc
+import os
+import subprocess
+import sys
+import time
+import tracemalloc
+import weakref
+
+import torch
+
+import hvd.torch as hvd
+from hvd import _core
+
+R, N = hvd.rank(), hvd.size()
+
+
+def rss_kib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def settle():
+    """A sync point: every rank's earlier collectives have finished once it returns."""
+    hvd.barrier()
+    hvd.synchronize(hvd.allreduce_async(torch.ones(1), name="settle"))
+
+
+def graveyard_drained(expected=0, timeout=10.0):
+    """True once only `expected` dropped handles are still running (the background thread may
+    finish the last ones just after a sync point returned)."""
+    deadline = time.monotonic() + timeout
+    while _core.graveyard_size() != expected:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def drop_many(count, t):
+    for _ in range(count):
+        hvd.allreduce_async(t, op=hvd.Sum)
+
+
+def test_ten_thousand_dropped_async_calls_release_their_tensors():
+    t = torch.ones(1024)  # 4 KiB: 10,000 leaked outputs would be 40 MiB
+    # Warm-up with the same load: allocator pools and the core's queues reach their high-water
+    # mark, which the measured round then reuses.
+    drop_many(10000, t)
+    settle()
+    assert graveyard_drained()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        rss0 = rss_kib()
+        snap0 = tracemalloc.take_snapshot()
+        drop_many(10000, t)
+        settle()
+        gc.collect()
+        assert graveyard_drained()
+        grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(snap0, "lineno"))
+        rss1 = rss_kib()
+    finally:
+        tracemalloc.stop()
+    # A leaked handle keeps a tensor object and a handle object (> 100 B each, traced) and
+    # its 4 KiB output (not traced: torch's allocator).
+    assert grown < 256 * 1024, f"Python allocations grew by {grown} B over 10,000 dropped calls"
+    assert rss1 - rss0 < 20 * 1024, f"RSS grew by {rss1 - rss0} KiB over 10,000 dropped calls"
+
+
+def test_every_kind_of_dropped_handle_is_released():
+    x = torch.ones(N, 2)
+    for i in range(300):
+        hvd.allreduce_async_(x.clone(), op=hvd.Sum)
+        hvd.grouped_allreduce_async([x, x[0]])
+        hvd.allgather_async(x)
+        hvd.grouped_allgather_async([x, x[:1]])
+        hvd.broadcast_async(x, i % N)
+        hvd.broadcast_async_(x.clone(), i % N)
+        hvd.alltoall_async(x)
+        hvd.reducescatter_async(x)
+        hvd.grouped_reducescatter_async([x, x])
+        hvd.sparse_allreduce_async(x.to_sparse(), None, hvd.Sum)
+    settle()
+    assert graveyard_drained()
+
+
+def test_a_dropped_unfinished_handle_keeps_its_tensor_alive_until_the_collective_ends():
+    if R == 0:
+        t = torch.full((4,), 1.0)
+        watch = weakref.ref(t)
+        hvd.allreduce_async_(t, name="handles.parked", op=hvd.Sum)  # handle dropped at once
+        del t
+        gc.collect()
+        # The others submit only after the barrier: the tensor waits in the graveyard.
+        assert watch() is not None, "the tensor died while its collective was pending"
+        assert _core.graveyard_size() >= 1  # cannot finish before the others come
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = hvd.allreduce_async_(torch.full((4,), 1.0), name="handles.parked", op=hvd.Sum)
+        assert hvd.synchronize(h).tolist() == [N] * 4
+    settle()
+    assert graveyard_drained()
+    if R == 0:
+        gc.collect()
+        assert watch() is None, "the tensor outlived its finished collective"
+
+
+def test_a_dropped_handle_holding_another_unfinished_handle_is_released_safely():
+    # Grouped handles keep their parts: releasing a finished one drops an unfinished one, which
+    # parks itself in the graveyard while the graveyard is being swept.
+    x = torch.ones(4)
+    if R == 0:
+        inner = hvd.allreduce_async(x, name="nest.inner", op=hvd.Sum)
+        outer = hvd.allreduce_async(x, name="nest.outer", op=hvd.Sum)
+        outer.keep = (outer.keep, inner)
+        watch = weakref.ref(inner)
+        del inner, outer
+        hvd.barrier()
+        hvd.synchronize(hvd.allreduce_async(x, name="nest.sync"))  # "outer" is done by now
+        assert graveyard_drained(1)  # only "inner" is left, parked
+        assert watch() is None  # the Python handle is gone; its tensors are parked
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        hvd.synchronize(hvd.allreduce_async(x, name="nest.outer", op=hvd.Sum))
+        hvd.synchronize(hvd.allreduce_async(x, name="nest.sync"))
+        hvd.barrier()
+        hvd.synchronize(hvd.allreduce_async(x, name="nest.inner", op=hvd.Sum))
+    settle()
+    assert graveyard_drained()
+
+
+def test_a_finished_handle_releases_its_tensors_when_dropped():
+    t = torch.ones(8)
+    h = hvd.allreduce_async(t, op=hvd.Sum)
+    out = hvd.synchronize(h)
+    watch_in, watch_out = weakref.ref(t), weakref.ref(out)
+    del t, out, h
+    gc.collect()
+    assert watch_in() is None and watch_out() is None
+    assert graveyard_drained()
+
+
+def test_synchronize_after_poll_returns_the_result_and_may_repeat():
+    x = torch.full((3,), float(R + 1))
+    h = hvd.allreduce_async(x, op=hvd.Sum)
+    deadline = time.monotonic() + 30
+    while not hvd.poll(h):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    expected = [N * (N + 1) / 2] * 3
+    assert hvd.synchronize(h).tolist() == expected
+    assert hvd.synchronize(h).tolist() == expected
+    assert hvd.poll(h) is True
+    g = hvd.allgather_async(torch.full((1,), float(R)))
+    while not hvd.poll(g):
+        time.sleep(0.001)
+    assert hvd.synchronize(g).tolist() == [float(q) for q in range(N)]
+
+
+def test_in_place_handles_return_the_tensor_itself():
+    y = torch.full((2,), float(R))
+    assert hvd.synchronize(hvd.allreduce_async_(y, op=hvd.Max)) is y
+    assert y.tolist() == [N - 1.0] * 2
+    ys = [torch.ones(1), torch.ones(2)]
+    res = hvd.synchronize(hvd.grouped_allreduce_async_(ys, op=hvd.Sum))
+    assert res[0] is ys[0] and res[1] is ys[1]
+    assert hvd.synchronize(hvd.broadcast_async_(y, 0)) is y
+
+
+def test_out_of_place_async_calls_leave_their_inputs_alone_while_in_flight():
+    x = torch.full((5,), float(R + 1))
+    h = hvd.allreduce_async(x, op=hvd.Sum)
+    b = hvd.broadcast_async(x, N - 1)
+    out, bout = hvd.synchronize(h), hvd.synchronize(b)
+    assert x.tolist() == [float(R + 1)] * 5
+    assert out.tolist() == [N * (N + 1) / 2] * 5 and bout.tolist() == [float(N)] * 5
+    assert out.data_ptr() != x.data_ptr()
+
+
+def test_handles_outlive_their_outputs_and_outputs_outlive_their_handles():
+    h = hvd.allgather_async(torch.full((2, 2), float(R)))
+    out = hvd.synchronize(h)
+    del h
+    gc.collect()
+    # The output is hvd's memory, owned through DLPack: still valid without the handle.
+    assert out.tolist() == [[float(q)] * 2 for q in range(N) for _ in range(2)]
+    h = hvd.reducescatter_async(torch.ones(N, 3), op=hvd.Sum)
+    del out
+    gc.collect()
+    assert hvd.synchronize(h).tolist() == [[float(N)] * 3]
+
+
+def test_a_failed_handle_raises_and_can_be_dropped():
+    h = hvd.allreduce_async(torch.ones(R + 1), name="handles.failed")
+    deadline = time.monotonic() + 30
+    while not hvd.poll(h):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    try:
+        hvd.synchronize(h)
+    except hvd.HvdInternalError as e:
+        assert isinstance(e, hvd.HorovodInternalError) and "handles.failed" in str(e)
+    else:
+        raise AssertionError("a shape mismatch did not fail the handle")
+    del h
+    hvd.allreduce_async(torch.ones(R + 1), name="handles.failed.dropped")  # dropped unwaited
+    settle()
+    assert graveyard_drained()
+
+
+def test_shutdown_with_dropped_handles_in_flight_does_not_crash():
+    if R != 0:
+        return  # one plain (non-MPI) interpreter is enough
+    code = r"""
+import torch
+import hvd.torch as hvd
+from hvd import _core
+hvd.init()
+x = torch.ones(1000)
+for _ in range(2000):
+    hvd.allreduce_async(x)
+    hvd.allgather_async(x)
+kept = hvd.allreduce_async(x, name="kept")
+hvd.shutdown()
+assert _core.graveyard_size() == 0  # shutdown() waited for every dropped handle
+try:
+    hvd.synchronize(kept)  # finished before the shutdown or failed by it: never a hang
+except hvd.HorovodInternalError as e:
+    assert "shut down" in str(e), e
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stdout + res.stderr

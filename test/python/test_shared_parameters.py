@@ -1,0 +1,190 @@
+# SPDX-License-Identifier: Apache-2.0
+"""[python] Several DistributedOptimizers over overlapping parameters (a shared encoder with
+decoders A/B/C, a GAN) train as the same program does in one process on the whole batch: in
+hvd's style (each optimizer given the model's own named_parameters(), no renaming, no
+synchronize()), in Horovod's explicit style, and as plain PyTorch whose zero_grad() follows
+another optimizer's backward pass."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import hvd.torch as hvd
+from hvd.torch import mpi_ops
+
+N = 3
+STEPS = 3
+TOL = 1e-10
+
+
+def full_batch(seed, din=4):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(hvd.size() * N, din, generator=g, dtype=torch.float64)
+
+
+def shard(t):
+    return t[hvd.rank() * N:(hvd.rank() + 1) * N]
+
+
+def assert_same(model, ref):
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p, q, rtol=TOL, atol=TOL, msg=lambda m: f"{name}: {m}")
+
+
+class AutoEncoder(nn.Module):
+    """One encoder shared by three decoders."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(4, 3)
+        self.dec = nn.ModuleList([nn.Linear(3, 4) for _ in range(3)])
+
+    def loss(self, x, k):
+        return F.mse_loss(self.dec[k](torch.tanh(self.enc(x))), x)
+
+
+def autoencoder():
+    torch.manual_seed(0)
+    return AutoEncoder().double()
+
+
+def make_opts(model, holds, wrap):
+    """One optimizer per entry of `holds` (lists of submodule names), wrapped by `wrap`."""
+    makers = [lambda ps: torch.optim.SGD(ps, lr=0.2, momentum=0.9),
+              lambda ps: torch.optim.Adam(ps, lr=0.05),
+              lambda ps: torch.optim.SGD(ps, lr=0.1)]
+    opts = []
+    for i, parts in enumerate(holds):
+        params = [p for part in parts for p in model.get_submodule(part).parameters()]
+        opts.append(wrap(makers[i](params), i, model))
+    return opts
+
+
+def plain(opt, i, model):
+    return opt
+
+
+def hvd_style(opt, i, model):
+    return hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+
+
+def horovod_style(opt, i, model):
+    return hvd.DistributedOptimizer(
+        opt, named_parameters=[(f"opt{i}.{n}", p) for n, p in model.named_parameters()])
+
+
+SHARED = [["enc", "dec.0"], ["enc", "dec.1"], ["enc", "dec.2"]]
+
+
+def sequential(model, opts, x):
+    """Per decoder: zero_grad, backward of its loss, step."""
+    for _ in range(STEPS):
+        for k, opt in enumerate(opts):
+            opt.zero_grad()
+            model.loss(x, k).backward()
+            opt.step()
+
+
+def test_shared_encoder_sequential_hvd_style(monkeypatch):
+    names = []
+    real = mpi_ops.allreduce_async_
+    monkeypatch.setattr(mpi_ops, "allreduce_async_",
+                        lambda t, **k: names.append(k["name"]) or real(t, **k))
+    x = full_batch(1)
+    model, ref = autoencoder(), autoencoder()
+    sequential(model, make_opts(model, SHARED, hvd_style), shard(x))
+    sequential(ref, make_opts(ref, SHARED, plain), x)
+    assert_same(model, ref)
+    # one reduction of the encoder per backward pass, not one per optimizer holding it
+    assert names.count("grad.enc.weight") == 3 * STEPS
+
+
+def combined(model, opts, x, ritual):
+    """All zero_grad, one backward of the summed losses, all steps (Horovod's ritual: explicit
+    synchronize() of every optimizer, then each step inside skip_synchronize())."""
+    for _ in range(STEPS):
+        for opt in opts:
+            opt.zero_grad()
+        sum(model.loss(x, k) for k in range(3)).backward()
+        if ritual:
+            for opt in opts:
+                opt.synchronize()
+        for opt in opts:
+            if ritual:
+                with opt.skip_synchronize():
+                    opt.step()
+            else:
+                opt.step()
+
+
+@pytest.mark.parametrize("style", ["hvd", "horovod"])
+def test_shared_encoder_one_backward(style):
+    x = full_batch(2)
+    model, ref = autoencoder(), autoencoder()
+    wrap = hvd_style if style == "hvd" else horovod_style
+    combined(model, make_opts(model, SHARED, wrap), shard(x), ritual=style == "horovod")
+    combined(ref, make_opts(ref, SHARED, plain), x, ritual=False)
+    assert_same(model, ref)
+
+
+def test_zero_grad_after_another_optimizers_backward_waits_and_zeroes():
+    """Plain PyTorch: the third loss reaches the encoder, whose optimizers do not step on it;
+    the next zero_grad() of the first optimizer discards that gradient."""
+    x = full_batch(3)
+    holds = [["enc", "dec.0"], ["enc", "dec.1"], ["dec.2"]]
+    model, ref = autoencoder(), autoencoder()
+    opts = make_opts(model, holds, hvd_style)
+    ref_opts = make_opts(ref, holds, plain)
+    sequential(model, opts, shard(x))
+    sequential(ref, ref_opts, x)
+    assert_same(model, ref)
+    opts[0].zero_grad()
+    assert float(model.enc.weight.grad.abs().max()) == 0.0
+
+
+class GAN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gen = nn.Linear(2, 3)
+        self.disc = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+
+
+def gan_training(model, opt_d, opt_g, real, z):
+    for _ in range(STEPS):
+        opt_d.zero_grad()
+        fake = model.gen(z)
+        loss_d = F.softplus(-model.disc(real)).mean() + \
+            F.softplus(model.disc(fake.detach())).mean()
+        loss_d.backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        F.softplus(-model.disc(fake)).mean().backward()  # reaches the discriminator too
+        opt_g.step()
+    opt_d.zero_grad()
+
+
+def test_gan_two_optimizers_hvd_style():
+    real, z = full_batch(4, din=3), full_batch(5, din=2)
+    torch.manual_seed(0)
+    model = GAN().double()
+    ref = copy.deepcopy(model)
+    opt_d = hvd.DistributedOptimizer(torch.optim.Adam(model.disc.parameters(), lr=0.05),
+                                     named_parameters=model.named_parameters())
+    opt_g = hvd.DistributedOptimizer(torch.optim.SGD(model.gen.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+    gan_training(model, opt_d, opt_g, shard(real), shard(z))
+    gan_training(ref, torch.optim.Adam(ref.disc.parameters(), lr=0.05),
+                 torch.optim.SGD(ref.gen.parameters(), lr=0.1), real, z)
+    assert_same(model, ref)
+
+
+def test_optimizers_sharing_a_parameter_can_be_created_and_dropped_repeatedly():
+    """Registration follows the optimizers' lifetimes: names are free again once they go."""
+    x = full_batch(6)
+    for _ in range(2):
+        model, ref = autoencoder(), autoencoder()
+        sequential(model, make_opts(model, SHARED, hvd_style), shard(x))
+        sequential(ref, make_opts(ref, SHARED, plain), x)
+        assert_same(model, ref)
