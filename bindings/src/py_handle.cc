@@ -175,6 +175,7 @@ void bind_handle(pyb::module_& m) {
       .def("poll", &PyHandle::poll, "True once finished (never blocks).")
       .def("wait", &PyHandle::wait,
            "Blocks until finished (without the GIL); raises HorovodInternalError on failure.")
+      .def("result", &PyHandle::result, "wait(), then ctx (the Python layer's result).")
       .def("output_dlpack", &output_dlpack,
            "The output of allgather/alltoall/reducescatter as a DLPack capsule (no copy).")
       .def("output_numpy", &output_numpy, pyb::arg("dtype"),

@@ -22,12 +22,13 @@ namespace pyb = pybind11;
 struct PyHandle {
   Handle handle;
   pyb::object keep;  ///< tensors the collective uses (inputs, outputs)
-  pyb::object ctx;   ///< what the Python layer needs to finish the call (free for its use)
+  /// What the Python layer needs to finish the call (free for its use); `keep` until set.
+  pyb::object ctx;
   std::shared_ptr<void> extra;  ///< memory allocated for a device output (owned with it)
   /// Set by wait(): the first wait or a poll() that saw completion.
   bool finished = false;
 
-  PyHandle(Handle h, pyb::object k) : handle(std::move(h)), keep(std::move(k)) {}
+  PyHandle(Handle h, pyb::object k) : handle(std::move(h)), keep(std::move(k)), ctx(keep) {}
   ~PyHandle();
   PyHandle(const PyHandle&) = delete;
   PyHandle& operator=(const PyHandle&) = delete;
@@ -37,6 +38,11 @@ struct PyHandle {
   /// Blocks (GIL released) until finished, then sweeps the graveyard; raises
   /// HorovodInternalError with the core's message.
   void wait();
+  /// wait(), then `ctx`.
+  pyb::object result() {
+    wait();
+    return ctx;
+  }
 };
 
 /// Releases the Python objects of dropped handles whose collectives have finished (GIL held).

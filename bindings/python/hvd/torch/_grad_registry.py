@@ -15,7 +15,12 @@ owner is pending, its synchronize() reuses the reduction instead of starting ano
 hook firing (a new backward pass), a zero_grad() of an owner, or a synchronize() by an owner that
 already consumed it starts a new round. synchronize() starts the reductions that did not start
 during backward (no gradient on this rank: the current .grad, zeros if None, is contributed), so
-every rank submits the same names and nobody hangs. Reductions are named "grad.<name>" (groups
+every rank submits the same names and nobody hangs.
+
+Submission is bucketed, as DDP does: a hook that makes a reduction ready queues it; the queue is
+submitted once it holds BUCKET_BYTES of gradients, and what is left when the backward pass ends
+(an autograd final callback), so the runtime fuses a pass's gradients into few rounds instead of
+waking once per parameter while backward computes. Reductions are named "grad.<name>" (groups
 "grad.group.<first name>+<n-1>"); names are identical on every rank because parameters are
 registered in the same order everywhere.
 """
@@ -30,6 +35,10 @@ from hvd.common.basics import _OP_NAMES, Average
 from hvd.torch import mpi_ops
 
 IDLE, ACCUM, INFLIGHT, REDUCED = "idle", "accumulating", "in flight", "reduced"
+
+#: Ready reductions queued during backward are submitted once they hold this many bytes (and at
+#: the end of the backward pass). 0 submits each at once, from its hook.
+BUCKET_BYTES = 25 << 20
 _SPARSE = object()  # ctx marker: the entry was reduced with sparse_allreduce_async
 
 #: How a parameter is reduced; optimizers sharing a parameter must agree.
@@ -88,6 +97,9 @@ class Registry:
         self._by_id = {}    # id(param) -> Entry (the entry holds the param: ids stay unique)
         self._by_name = {}  # name or alias -> Entry
         self._auto_names = 0
+        self._queued = []  # [(entries, group name)] ready, waiting for their bucket
+        self._queued_bytes = 0
+        self._callback_queued = False
 
     # ---- registration --------------------------------------------------------------------
 
@@ -240,9 +252,48 @@ class Registry:
             if e.passes < e.settings.bpps:
                 return
             if e.group is None:
-                self._submit([e], None)
+                self._queue([e], None)
             elif all(m.state == ACCUM and m.passes >= m.settings.bpps for m in e.group.members):
-                self._submit(e.group.members, e.group.name)
+                self._queue(e.group.members, e.group.name)
+
+    def _queue(self, entries, group_name):
+        """Queues a ready reduction (lock held): submitted with its bucket, or when the backward
+        pass ends; at once where no backward pass can run the end-of-pass callback."""
+        if BUCKET_BYTES <= 0 or not self._end_of_pass_callback():
+            self._submit(entries, group_name)
+            return
+        self._queued.append((entries, group_name))
+        self._queued_bytes += sum(m.param.numel() * m.param.element_size() for m in entries)
+        if self._queued_bytes >= BUCKET_BYTES:
+            self._flush()
+
+    def _end_of_pass_callback(self):
+        """True once the current backward pass will call _flush_at_end (lock held)."""
+        if self._callback_queued:
+            return True
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._flush_at_end)
+        except RuntimeError:  # not inside a backward pass
+            return False
+        self._callback_queued = True
+        return True
+
+    def _flush_at_end(self):
+        with self._lock:
+            self._callback_queued = False
+            self._flush()
+
+    def _flush(self):
+        """Submits the queued reductions, in the order they became ready (lock held)."""
+        queued, self._queued, self._queued_bytes = self._queued, [], 0
+        for i, (entries, group_name) in enumerate(queued):
+            try:
+                self._submit(entries, group_name)
+            except BaseException:
+                for rest, _ in queued[i + 1:]:
+                    for m in rest:
+                        self._start_round(m)
+                raise
 
     def _submit(self, entries, group_name):
         s = entries[0].settings
@@ -330,6 +381,7 @@ class Registry:
         """Starts what has not started for `entries` and waits until all hold reduced
         gradients. Raises HorovodInternalError when a reduction failed."""
         with self._lock:
+            self._flush()
             groups = []
             for e in entries:
                 if e.state == INFLIGHT or (e.state == REDUCED and owner in e.pending):
@@ -358,6 +410,7 @@ class Registry:
         """Before zero_grad(): waits for the reductions of `entries` in flight (their results are
         about to be discarded; failures are ignored) and starts a new round for each."""
         with self._lock:
+            self._flush()
             waits = self._in_flight(entries)
         self._wait(waits, swallow=True)
         with self._lock:

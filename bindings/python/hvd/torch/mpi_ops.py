@@ -70,8 +70,7 @@ def poll(handle):
 
 def synchronize(handle):
     """Waits for `handle` and returns its output; raises HorovodInternalError on failure."""
-    handle.wait()
-    ctx = handle.ctx
+    ctx = handle.result()
     if type(ctx) is _Finish:
         return ctx.fn(handle)
     return ctx
@@ -86,17 +85,28 @@ def _contiguous_inplace(tensor):
 
 # ---- allreduce ---------------------------------------------------------------------------
 
+_PLAIN_OPS = frozenset((Sum, Average, Min, Max, Product))
+
+
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """In-place asynchronous allreduce; synchronize(handle) returns `tensor`."""
-    op = _op(average, op, "allreduce_async_")
+    if average is not None or op not in _PLAIN_OPS:
+        op = _op(average, op, "allreduce_async_")
+    ps = 0 if process_set is global_process_set else _set_id(process_set)
+    if not tensor.is_cuda and tensor.is_contiguous():
+        # The hot path (a gradient per call during backward): no intermediate objects; the
+        # handle's ctx (the result) is `keep`, i.e. the tensor itself.
+        code = _DTYPES.get(tensor.dtype)
+        if code is not None:
+            return _core.allreduce_async(tensor, tensor.data_ptr(), code, tensor.shape, -1, 0,
+                                         0, name or "", op, prescale_factor, postscale_factor,
+                                         ps)
     buf, back = _contiguous_inplace(tensor)
     d = _desc(buf)
     h = _core.allreduce_async(buf, d[0], d[1], d[2], d[3], d[4], 0, name or "", op,
-                              prescale_factor, postscale_factor, _set_id(process_set))
-    if back is None:
-        h.ctx = tensor
-    else:
+                              prescale_factor, postscale_factor, ps)
+    if back is not None:
         h.keep = (buf, tensor)
         h.ctx = _Finish(lambda _h: tensor.copy_(buf))
     return h
@@ -232,6 +242,10 @@ class _SparseHandle:
     def wait(self):
         self._values.wait()
         self._indices.wait()
+
+    def result(self):
+        self.wait()
+        return self.ctx
 
     def __call__(self):
         return synchronize(self)
