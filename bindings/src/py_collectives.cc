@@ -85,6 +85,19 @@ Allocator output_allocator(const TensorView& v, std::shared_ptr<void>* extra) {
 #endif
 }
 
+/// One allocator per tensor (output_allocator), or none at all when every tensor is on the host.
+std::vector<Allocator> output_allocators(const std::vector<TensorView>& vs,
+                                         std::vector<std::shared_ptr<void>>* extras) {
+  std::vector<Allocator> allocs;
+  bool device = false;
+  for (size_t i = 0; i < vs.size(); ++i) {
+    allocs.push_back(output_allocator(vs[i], &(*extras)[i]));
+    device = device || allocs.back() != nullptr;
+  }
+  if (!device) allocs.clear();
+  return allocs;
+}
+
 std::vector<TensorView> views(const std::vector<Desc>& ds) {
   std::vector<TensorView> out;
   out.reserve(ds.size());
@@ -146,13 +159,7 @@ void bind_reductions(pyb::module_& m) {
           maybe_sweep();
           std::vector<TensorView> vs = views(tensors);
           std::vector<std::shared_ptr<void>> extras(vs.size());
-          std::vector<Allocator> allocs;
-          bool device = false;
-          for (size_t i = 0; i < vs.size(); ++i) {
-            allocs.push_back(output_allocator(vs[i], &extras[i]));
-            device = device || allocs.back() != nullptr;
-          }
-          if (!device) allocs.clear();
+          std::vector<Allocator> allocs = output_allocators(vs, &extras);
           auto hs = grouped_reducescatter_async(vs, name, static_cast<ReduceOp>(op), pre, post,
                                                 ProcessSet(ps), allocs);
           return wrap_all(std::move(hs), keep, std::move(extras));
@@ -178,13 +185,7 @@ void bind_movement(pyb::module_& m) {
     maybe_sweep();
     std::vector<TensorView> vs = views(tensors);
     std::vector<std::shared_ptr<void>> extras(vs.size());
-    std::vector<Allocator> allocs;
-    bool device = false;
-    for (size_t i = 0; i < vs.size(); ++i) {
-      allocs.push_back(output_allocator(vs[i], &extras[i]));
-      device = device || allocs.back() != nullptr;
-    }
-    if (!device) allocs.clear();
+    std::vector<Allocator> allocs = output_allocators(vs, &extras);
     auto hs = grouped_allgather_async(vs, name, ProcessSet(ps), allocs);
     return wrap_all(std::move(hs), keep, std::move(extras));
   });

@@ -13,7 +13,6 @@ them on synchronize().
     hvd.init()
     total = hvd.allreduce(np.ones(3, np.float32), op=hvd.Sum)
 """
-import warnings
 
 import numpy as np
 
@@ -25,6 +24,8 @@ from hvd.common.basics import (  # noqa: F401
     global_process_set, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
     mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set, rocm_built,
     shutdown, size, start_timeline, stop_timeline, _set_id)
+from hvd.common.handles import (  # noqa: F401
+    Finish, barrier, join, poll, reduce_op, synchronize)
 from hvd.common.exceptions import HorovodInternalError, HvdInternalError  # noqa: F401
 
 _CODES = {np.dtype(t): c for t, c in (
@@ -62,38 +63,9 @@ def _inplace(arr, fn):
     return np.array(arr, order="C"), arr
 
 
-def _op(average, op, fn):
-    """Horovod's rule: `average` (deprecated) and `op` are exclusive; default Average."""
-    if op is not None and average is not None:
-        raise ValueError(f"{fn}: the op parameter supersedes average; pass only one")
-    if op is None:
-        if average is not None:
-            warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
-                          DeprecationWarning, stacklevel=3)
-        op = Average if average is None or average else Sum
-    return basics.check_op(op)
-
-
-class _Finish:
-    """Turns a finished handle into its result (held in the handle's ctx)."""
-    __slots__ = ("fn",)
-
-    def __init__(self, fn):
-        self.fn = fn
-
-
-def poll(handle):
-    """True once the collective of `handle` finished. Never blocks."""
-    return handle.poll()
-
-
-def synchronize(handle):
-    """Waits for `handle` and returns its output; raises HorovodInternalError on failure."""
-    handle.wait()
-    ctx = handle.ctx
-    if type(ctx) is _Finish:
-        return ctx.fn(handle)
-    return ctx
+# Shared with hvd.numpy / hvd.torch (hvd.common.handles).
+_op = reduce_op
+_Finish = Finish
 
 
 def _write_back(h, buf, target):
@@ -345,19 +317,6 @@ def grouped_reducescatter(arrays, name=None, op=Average, process_set=global_proc
         return []
     return synchronize(grouped_reducescatter_async(arrays, name, op, process_set,
                                                    prescale_factor, postscale_factor))
-
-
-# ---- barrier, join ----------------------------------------------------------------------
-
-def barrier(process_set=global_process_set):
-    """Returns once every rank of the set called barrier()."""
-    _core.barrier(_set_id(process_set))
-
-
-def join(device=-1):
-    """This rank has no more work: takes part (with zeros / no rows) in the others'
-    collectives until every rank joined. Returns the last rank to join."""
-    return _core.join(0)
 
 
 __all__ = [

@@ -7,7 +7,6 @@ tensors alive until the collective finished; `synchronize(handle)` returns the r
 Outputs whose size negotiation decides (allgather, alltoall, reducescatter) are hvd's memory,
 handed to torch through DLPack without a copy.
 """
-import warnings
 
 import torch
 from torch.utils.dlpack import from_dlpack
@@ -16,6 +15,8 @@ from hvd import _core
 from hvd.common import basics
 from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, global_process_set,
                                _set_id)
+from hvd.common.handles import (  # noqa: F401
+    Finish, barrier, join, poll, reduce_op, synchronize)
 from hvd.common.exceptions import HorovodInternalError
 from hvd.torch.compression import Compression
 
@@ -43,37 +44,9 @@ def _desc(t):
     return (t.data_ptr(), _code(t), t.shape, t.device.index, stream)
 
 
-def _op(average, op, fn):
-    """Horovod's rule: `average` (deprecated) and `op` are exclusive; default Average."""
-    if op is not None and average is not None:
-        raise ValueError(f"{fn}: the op parameter supersedes average; pass only one")
-    if op is None:
-        if average is not None:
-            warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
-                          DeprecationWarning, stacklevel=3)
-        op = Average if average is None or average else Sum
-    return basics.check_op(op)
-
-
-class _Finish:
-    """Turns a finished handle into its result (held in the handle's ctx)."""
-    __slots__ = ("fn",)
-
-    def __init__(self, fn):
-        self.fn = fn
-
-
-def poll(handle):
-    """True once the collective of `handle` finished. Never blocks."""
-    return handle.poll()
-
-
-def synchronize(handle):
-    """Waits for `handle` and returns its output; raises HorovodInternalError on failure."""
-    ctx = handle.result()
-    if type(ctx) is _Finish:
-        return ctx.fn(handle)
-    return ctx
+# Shared with hvd.numpy / hvd.torch (hvd.common.handles).
+_op = reduce_op
+_Finish = Finish
 
 
 def _contiguous_inplace(tensor):
@@ -558,19 +531,6 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     outs = _GroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
                                        *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
-
-
-# ---- barrier, join ----------------------------------------------------------------------
-
-def barrier(process_set=global_process_set):
-    """Returns once every rank of the set called barrier()."""
-    _core.barrier(_set_id(process_set))
-
-
-def join(device=-1):
-    """This rank has no more work: takes part (with zeros / no rows) in the others'
-    collectives until every rank joined. Returns the last rank to join."""
-    return _core.join(0)
 
 
 __all__ = [
