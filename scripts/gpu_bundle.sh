@@ -95,7 +95,17 @@ carry_deps() {  # copies the non-skipped libraries `$@` need into ompi/lib
 }
 cp -L /usr/bin/orterun /usr/bin/orted "$OUT/ompi/bin/"
 ln -s orterun "$OUT/ompi/bin/mpiexec"
+# The Python binding, when the build has it: the package (links resolved), the extension
+# stripped, and the CUDA check script; run.sh uses it where the machine's python3 has torch+CUDA.
+if compgen -G "$BUILD/python/hvd/_core*.so" >/dev/null; then
+  mkdir -p "$OUT/python"
+  cp -rL "$BUILD/python/hvd" "$OUT/python/"
+  find "$OUT/python" -name __pycache__ -prune -exec rm -rf {} +
+  for so in "$OUT"/python/hvd/_core*.so; do strip "$so"; done
+  cp test/python/gpu_check.py "$OUT/python/"
+fi
 carry_deps "$OUT"/hvd/* "$OUT"/ompi/bin/orterun "$OUT"/ompi/bin/orted
+if [[ -d $OUT/python ]]; then carry_deps "$OUT"/python/hvd/_core*.so; fi
 # MCA components whose own libraries are all carried (or basic system ones); the others
 # (InfiniBand, UCX, OFI, PSM) are left out: the device machine is one host.
 optional='^(libucp|libuct|libucs|libucm|libfabric|libibverbs|librdmacm|libpsm|libinfinipath|libefa|libnl-|libmca_common_(ucx|ofi|verbs))'
@@ -118,7 +128,7 @@ cat >"$OUT/run.sh" <<'EOF'
 # Runs the GPU check from this bundle (made by scripts/gpu_bundle.sh): nvidia-smi, the [gpu]
 # tests, the device routing test, hvd_gpu_bench. Outputs go to stdout and to $OUT (the device
 # tool's folder) or ./gpu-check-out. Exit status: 0 only if every step passed and ran on a GPU.
-# The step timeouts add up to 550 s: run it with the device tool's timeout_s=590.
+# The step timeouts add up to 570 s: run it with the device tool's timeout_s=590.
 set -uo pipefail
 B=$(cd "$(dirname "$0")" && pwd)
 R=${OUT:-$PWD/gpu-check-out}
@@ -156,7 +166,7 @@ step "device"
 for t in "$B"/hvd/*; do ldd "$t" | grep "not found" && status=1; done
 
 step "[gpu] tests (np = 1)"
-timeout 170 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_tests" -d yes 2>&1 | tee "$R/gpu_tests.txt"
+timeout 150 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_tests" -d yes 2>&1 | tee "$R/gpu_tests.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 step "[gpu] tests, hierarchical allreduce (np = 1)"
 HVD_HIERARCHICAL_ALLREDUCE=1 timeout 100 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_tests" 2>&1 |
@@ -171,12 +181,29 @@ if grep -q "skipped: no CUDA device" "$R/gpu_tests.txt"; then
 fi
 
 step "benchmark: hvd_gpu_bench --device cuda (np = 1)"
-timeout 200 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_bench" --device cuda 2>&1 | tee "$R/bench.txt"
+timeout 180 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_bench" --device cuda 2>&1 | tee "$R/bench.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 step "host side of the 1024 x 256 case: hvd_bench (host tensors, np = 1, same runtime)"
 timeout 40 mpiexec -np 1 --bind-to none "$B/hvd/hvd_bench" --case 1024x256 --iters 200 2>&1 |
   tee "$R/host_bench.txt"
+
+step "Python binding on CUDA tensors (np = 1), where python3 has torch with CUDA"
+py=python3  # the first interpreter that has torch
+for cand in python3 /usr/bin/python3 /usr/local/bin/python3; do
+  if "$cand" -c "import torch" 2>/dev/null; then py=$cand; break; fi
+done
+if [[ -d $B/python ]]; then
+  PYTHONPATH=$B/python timeout 60 mpiexec -np 1 --bind-to none -x PYTHONPATH "$py" \
+    "$B/python/gpu_check.py" 2>&1 | tee "$R/python.txt"
+  case ${PIPESTATUS[0]} in
+    0) ;;
+    3) echo "(not counted: no torch with CUDA here)" ;;
+    *) status=1 ;;
+  esac
+else
+  echo "skipped: this bundle was built without the Python binding" | tee "$R/python.txt"
+fi
 
 step "done: status $status (0 = all passed on a GPU, 2 = passed without a GPU)"
 echo "status $status" >"$R/summary.txt"

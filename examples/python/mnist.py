@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """MNIST-style training written exactly as a Horovod user writes it (synthetic data).
 
-The only hvd-specific line is the import: `import horovod.torch as hvd` -> `import hvd.torch as hvd`.
+The only hvd-specific line is the import:
+`import horovod.torch as hvd` -> `import hvd.torch as hvd`.
 
     hvdrun -np 2 python3 examples/python/mnist.py [--epochs 3] [--check]
 
