@@ -177,6 +177,7 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
       }
     }
     if (!joined.empty()) coordinator_sweep(joined, &rl.responses);
+    coordinator_fail_groups(joined, &rl.responses);
     bytes = serialize(rl);
   }
   HVD_RETURN_IF_ERROR(transport_->broadcast(&bytes));
@@ -228,10 +229,23 @@ void Controller::coordinator_add(const Request& r, const std::vector<int>& joine
     p.arrival = arrivals_++;
     p.since = std::chrono::steady_clock::now();
     p.is_join = r.op == OpType::kJoin;
+    p.group = r.group;
   }
   if (r.rank < 0 || r.rank >= size() || p.per_rank[static_cast<size_t>(r.rank)]) return;
   p.per_rank[static_cast<size_t>(r.rank)] = r;
   ++p.count;
+  if (!r.group.empty()) {
+    Group& g = groups_[r.group];
+    if (g.sizes.empty()) {
+      g.sizes.assign(static_cast<size_t>(size()), 0);
+      g.seen.assign(static_cast<size_t>(size()), 0);
+    }
+    g.sizes[static_cast<size_t>(r.rank)] = r.group_size;
+    ++g.seen[static_cast<size_t>(r.rank)];
+    g.op = r.op;
+    for (int32_t n : g.sizes) g.mismatched = g.mismatched || (n > 0 && n != r.group_size);
+    if (g.mismatched) return;  // coordinator_fail_groups() answers every member
+  }
   // The rank completing a join is the last to join (ties within a round: the highest rank).
   if (coordinator_ready(p, joined)) coordinator_emit(r.name, r.rank, ready);
 }
@@ -239,6 +253,8 @@ void Controller::coordinator_add(const Request& r, const std::vector<int>& joine
 void Controller::coordinator_sweep(const std::vector<int>& joined, std::vector<Response>* ready) {
   std::vector<std::pair<uint64_t, std::string>> order;
   for (const auto& [name, p] : table_) {
+    auto g = p.group.empty() ? groups_.end() : groups_.find(p.group);
+    if (g != groups_.end() && g->second.mismatched) continue;
     if (coordinator_ready(p, joined)) order.emplace_back(p.arrival, name);
   }
   std::sort(order.begin(), order.end());
@@ -274,12 +290,12 @@ void Controller::coordinator_emit(const std::string& name, int last_rank,
     g.reason = resp.error;
     ready->push_back(resp);
     for (auto& m : g.members) {
-      m.error = "grouped op '" + r.group + "' failed: " + g.reason;
+      m.error = g.reason;  // names the group and the member that failed
       ready->push_back(std::move(m));
     }
     g.members.clear();
   } else if (g.failed) {
-    resp.error = "grouped op '" + r.group + "' failed: " + g.reason;
+    resp.error = g.reason;
     ready->push_back(std::move(resp));
   } else {
     g.members.push_back(std::move(resp));
@@ -289,6 +305,50 @@ void Controller::coordinator_emit(const std::string& name, int last_rank,
     }
   }
   if (g.done >= r.group_size) groups_.erase(r.group);
+}
+
+void Controller::coordinator_fail_groups(const std::vector<int>& joined,
+                                         std::vector<Response>* ready) {
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    Group& g = it->second;
+    // Wait until every rank sent all the members it has (a joined rank may have none), so
+    // no member arrives after its error and waits forever.
+    bool all_in = g.mismatched;
+    for (size_t i = 0; all_in && i < g.sizes.size(); ++i) {
+      const bool has_joined =
+          std::find(joined.begin(), joined.end(), static_cast<int>(i)) != joined.end();
+      all_in = g.sizes[i] > 0 ? g.seen[i] >= g.sizes[i] : has_joined;
+    }
+    if (!all_in) {
+      ++it;
+      continue;
+    }
+    const std::string error = group_size_error(g.op, it->first, g.sizes);  // every rank's size
+    for (auto& m : g.members) {
+      m.error = error;
+      ready->push_back(std::move(m));
+    }
+    std::vector<std::pair<uint64_t, std::string>> order;
+    for (const auto& [name, p] : table_) {
+      if (p.group == it->first) order.emplace_back(p.arrival, name);
+    }
+    std::sort(order.begin(), order.end());
+    for (const auto& [arrival, name] : order) {
+      const Pending& p = table_.at(name);
+      auto q = std::find_if(p.per_rank.begin(), p.per_rank.end(),
+                            [](const std::optional<Request>& x) { return x.has_value(); });
+      Response resp;
+      resp.op = (*q)->op;
+      resp.names = {name};
+      resp.dtype = (*q)->dtype;
+      resp.device = (*q)->device;
+      resp.process_set = (*q)->process_set;
+      resp.error = error;
+      ready->push_back(std::move(resp));
+      table_.erase(name);
+    }
+    it = groups_.erase(it);
+  }
 }
 
 std::map<std::string, std::vector<int>> Controller::stalled(double older_than_s) const {

@@ -235,8 +235,24 @@ Result<ResponseList> parse_response_list(const uint8_t* data, size_t size) {
   return l;
 }
 
+std::string internal_name(const std::string& base) { return kReservedNamePrefix + base; }
+
+std::string member_name(const std::string& group, size_t i) {
+  return internal_name(group + "/" + std::to_string(i));
+}
+
+std::string describe(OpType op, const std::string& name) {
+  const size_t slash = name.rfind('/');
+  const bool member = !name.empty() && name[0] == kReservedNamePrefix &&
+                      slash != std::string::npos && slash + 1 < name.size() &&
+                      name.find_first_not_of("0123456789", slash + 1) == std::string::npos;
+  if (!member) return std::string(op_name(op)) + " '" + name + "'";
+  return std::string("grouped ") + op_name(op) + " '" + name.substr(1, slash - 1) + "' (member " +
+         name.substr(slash + 1) + ")";
+}
+
 Status about(const Request& r, const Status& s) {
-  return Status(s.code(), std::string(op_name(r.op)) + " '" + r.name + "': " + s.message());
+  return Status(s.code(), describe(r.op, r.name) + ": " + s.message());
 }
 
 }  // namespace hvd::core

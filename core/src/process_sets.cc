@@ -19,7 +19,7 @@ std::string set_str(const std::vector<int32_t>& ranks) {
 TensorEntry Runtime::set_op_entry(OpType op, const char* prefix) {
   TensorEntry e;
   e.request.op = op;
-  e.request.name = std::string(prefix) + std::to_string(set_ops_++);
+  e.request.name = internal_name(prefix + std::to_string(set_ops_++));
   e.request.dtype = DataType::kUInt8;
   e.request.shape = {0};
   e.request.rank = rank_;

@@ -137,8 +137,8 @@ Handle Runtime::enqueue_with(const std::string& name,
   }
   if (bad.ok() && slot.input.device.kind == DeviceKind::kCuda) {
     if (!parts_.device_executor) {
-      bad = invalid_argument(std::string(op_name(r.op)) + " '" + r.name + "': tensor is on " +
-                             slot.input.device.str() + " but " + parts_.no_device_reason);
+      bad = invalid_argument(describe(r.op, r.name) + ": tensor is on " + slot.input.device.str() +
+                             " but " + parts_.no_device_reason);
     } else {
       bad = parts_.device_executor->prepare_input(&slot);  // on this thread: the producer's
     }                                                      // stream as of now
@@ -398,8 +398,8 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   if (r.is_error()) {
     s = mismatch(r.error);
   } else if (!complete) {
-    s = internal_error(std::string(op_name(r.op)) + " '" + r.names.front() +
-                       "': negotiated but missing from this rank's tensor table");
+    s = internal_error(describe(r.op, r.names.front()) +
+                       ": negotiated but missing from this rank's tensor table");
   } else if (r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet) {
     s = execute_process_set_op(r, entries[0]);
   } else if (r.op == OpType::kBarrier || r.op == OpType::kJoin) {
@@ -411,8 +411,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
     Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
                                                       : parts_.device_executor.get();
     s = ex ? ex->launch(r, entries, &pending)
-           : invalid_argument(std::string(op_name(r.op)) + " '" + r.names.front() +
-                              "': " + parts_.no_device_reason);
+           : invalid_argument(describe(r.op, r.names.front()) + ": " + parts_.no_device_reason);
     if (pending && entries.size() != mine.size()) {
       // Stand-ins of a joined rank own scratch that dies with this call: wait for the device.
       Status done = pending->wait();

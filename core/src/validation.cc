@@ -48,7 +48,7 @@ std::string compare_field(const std::vector<Request>& reqs, const char* what,
   }
   if (by_value.size() <= 1) return "";
   const Request& first = reqs.front();
-  std::string msg = std::string(op_name(first.op)) + " '" + first.name + "': " + what + " ";
+  std::string msg = describe(first.op, first.name) + ": " + what + " ";
   for (size_t i = 0; i < order.size(); ++i) {
     if (i) msg += i + 1 == order.size() ? " but " : ", ";
     msg += order[i] + " on " + ranks_word(by_value[order[i]]);
@@ -99,8 +99,8 @@ std::string compare_trailing(const std::vector<Request>& reqs) {
   }
   if (order.size() <= 1) return "";
   const Request& f = reqs.front();
-  std::string msg = std::string(op_name(f.op)) + " '" + f.name +
-                    "': dimensions after the first must match on every rank, but ";
+  std::string msg =
+      describe(f.op, f.name) + ": dimensions after the first must match on every rank, but ";
   for (size_t g = 0; g < order.size(); ++g) {
     if (g) msg += g + 1 == order.size() ? " and " : ", ";
     std::vector<int> ranks;
@@ -139,6 +139,32 @@ bool joinable(OpType op) {
 
 }  // namespace
 
+Status check_user_name(const std::string& what, const std::string& name) {
+  if (name.empty() || name[0] != kReservedNamePrefix) return Status::OK();
+  return invalid_argument(what + " '" + name + "': names starting with '" + kReservedNamePrefix +
+                          "' are reserved for hvd's own collectives; choose another name");
+}
+
+std::string group_size_error(OpType op, const std::string& group,
+                             const std::vector<int32_t>& sizes) {
+  std::map<int32_t, std::vector<int>> by_size;
+  std::vector<int32_t> order;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] <= 0) continue;
+    if (!by_size.count(sizes[i])) order.push_back(sizes[i]);
+    by_size[sizes[i]].push_back(static_cast<int>(i));
+  }
+  if (order.size() <= 1) return "";
+  std::string msg = std::string("grouped ") + op_name(op) + " '" + group + "': ";
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i) msg += i + 1 == order.size() ? " but " : ", ";
+    msg += std::to_string(order[i]);
+    if (i == 0) msg += order[i] == 1 ? " tensor" : " tensors";
+    msg += " on " + ranks_word(by_size[order[i]]);
+  }
+  return msg;
+}
+
 Status validate_local(const Request& r, int set_size) {
   // Cheap checks first: this runs for every submitted tensor, so the message is built only
   // when something is wrong.
@@ -152,7 +178,7 @@ Status validate_local(const Request& r, int set_size) {
                     r.op == OpType::kReducescatter;
   for (int64_t d : r.shape) suspicious = suspicious || d < 0;
   if (!suspicious) return Status::OK();
-  const std::string who = std::string(op_name(r.op)) + " '" + r.name + "'";
+  const std::string who = describe(r.op, r.name);
   if (r.op == OpType::kBroadcast && (r.root < 0 || r.root >= set_size)) {
     return invalid_argument(who + ": root rank " + std::to_string(r.root) +
                             " is out of range (process set has " + std::to_string(set_size) +
@@ -239,7 +265,7 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
       return resp;
     }
   }
-  const std::string who = std::string(op_name(f.op)) + " '" + f.name + "'";
+  const std::string who = describe(f.op, f.name);
   if (f.op == OpType::kAllgather || f.op == OpType::kAlltoall) {
     resp.error = compare_trailing(per_rank);
     if (!resp.error.empty()) return resp;

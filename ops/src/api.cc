@@ -62,12 +62,18 @@ core::Runtime& runtime(const char* fn) {
 std::shared_ptr<core::Runtime> set_runtime(const char* fn, const std::string& name,
                                            const ProcessSet& ps) {
   core::Runtime& rt = runtime(fn);
+  auto op = [fn] {
+    std::string s(fn);
+    if (s.size() > 6 && s.compare(s.size() - 6, 6, "_async") == 0) s.resize(s.size() - 6);
+    return s;
+  };
+  if (!name.empty() && name[0] == core::kReservedNamePrefix) {
+    throw_if_error(core::check_user_name(op(), name));
+  }
   auto r = rt.process_set(ps.id());
   if (!r.ok()) {
-    std::string op(fn);
-    if (op.size() > 6 && op.compare(op.size() - 6, 6, "_async") == 0) op.resize(op.size() - 6);
-    throw Error(Status(r.status().code(),
-                       op + (name.empty() ? "" : " '" + name + "'") + ": " + r.status().message()));
+    throw Error(Status(r.status().code(), op() + (name.empty() ? "" : " '" + name + "'") + ": " +
+                                              r.status().message()));
   }
   return r.value();
 }
@@ -188,12 +194,8 @@ Status init_locked(Global& s) {
   return Status::OK();
 }
 
-}  // namespace
-
-namespace detail {
-
-std::string auto_name(OpType op, const std::string& name, int32_t process_set) {
-  if (!name.empty()) return name;
+// "<op>.noname.<n>" with the next number of (process set, op), the same on every rank.
+std::string next_noname(OpType op, int32_t process_set) {
   Global& s = g();
   uint64_t n = 0;
   {
@@ -203,15 +205,23 @@ std::string auto_name(OpType op, const std::string& name, int32_t process_set) {
   return std::string(core::op_name(op)) + ".noname." + std::to_string(n);
 }
 
+}  // namespace
+
+namespace detail {
+
+std::string auto_name(OpType op, const std::string& name, int32_t process_set) {
+  if (!name.empty()) return name;
+  return core::internal_name(next_noname(op, process_set));
+}
+
 Status check_view(const core::Request& r, const TensorView& t, const char* role) {
   return check_view(r.op, r.name, t, role);
 }
 
 Status check_view(OpType op, const std::string& name, const TensorView& t, const char* role) {
   if (t.data == nullptr && t.numel() > 0) {
-    return invalid_argument(std::string(core::op_name(op)) + " '" + name + "': " + role +
-                            " data is null but shape " + shape_str(t.shape) + " has " +
-                            std::to_string(t.numel()) + " elements");
+    return invalid_argument(core::describe(op, name) + ": " + role + " data is null but shape " +
+                            shape_str(t.shape) + " has " + std::to_string(t.numel()) + " elements");
   }
   return Status::OK();
 }
@@ -236,7 +246,7 @@ core::Request make_request(OpType op, const std::string& name, const TensorView&
 
 std::string group_name(OpType op, const std::string& name, int32_t process_set) {
   if (!name.empty()) return name;
-  return "group." + auto_name(op, "", process_set);
+  return core::internal_name("group." + next_noname(op, process_set));
 }
 
 std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntry> entries,
@@ -384,8 +394,8 @@ Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std
   const std::string group = detail::group_name(OpType::kAllreduce, name, ps.id());
   std::vector<core::TensorEntry> entries;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    entries.push_back(allreduce_entry(*rt, tensors[i], tensors[i], group + "/" + std::to_string(i),
-                                      op, prescale_factor, postscale_factor));
+    entries.push_back(allreduce_entry(*rt, tensors[i], tensors[i], core::member_name(group, i), op,
+                                      prescale_factor, postscale_factor));
   }
   auto handles = detail::submit_group(*rt, std::move(entries), group);
   return core::join_handles(handles);

@@ -63,7 +63,7 @@ std::vector<Handle> grouped_allgather_async(const std::vector<TensorView>& tenso
   std::vector<core::TensorEntry> entries;
   for (size_t i = 0; i < tensors.size(); ++i) {
     entries.push_back(
-        sized_entry(*rt, OpType::kAllgather, tensors[i], group + "/" + std::to_string(i),
+        sized_entry(*rt, OpType::kAllgather, tensors[i], core::member_name(group, i),
                     allocator_at(allocators, tensors.size(), i, "grouped_allgather_async", group)));
   }
   return detail::submit_group(*rt, std::move(entries), group);
@@ -97,7 +97,7 @@ std::vector<Handle> grouped_reducescatter_async(const std::vector<TensorView>& t
   std::vector<core::TensorEntry> entries;
   for (size_t i = 0; i < tensors.size(); ++i) {
     entries.push_back(reducescatter_entry(
-        *rt, tensors[i], group + "/" + std::to_string(i), op, prescale_factor, postscale_factor,
+        *rt, tensors[i], core::member_name(group, i), op, prescale_factor, postscale_factor,
         allocator_at(allocators, tensors.size(), i, "grouped_reducescatter_async", group)));
   }
   return detail::submit_group(*rt, std::move(entries), group);
@@ -128,7 +128,7 @@ int join(const ProcessSet& ps) {
   core::TensorEntry e;
   TensorView none(nullptr, DataType::kUInt8, {0});
   // One join at a time per set, so a fixed name is unique and the same on every rank.
-  e.request = make_request(OpType::kJoin, "join", none, *rt);
+  e.request = make_request(OpType::kJoin, core::internal_name("join"), none, *rt);
   e.input = e.output = none;
   Handle h = submit(*rt, std::move(e));
   h.wait();

@@ -16,13 +16,14 @@ namespace hvd::detail {
 
 /// The global runtime; throws naming `fn` before init() / after shutdown().
 core::Runtime& runtime(const char* fn);
-/// The runtime of `ps` on this rank; throws naming the op and tensor when the set does not
-/// exist or this rank is not a member.
+/// The runtime of `ps` on this rank; throws naming the op and tensor when `name` lies in hvd's
+/// own name space (core::check_user_name), the set does not exist or this rank is not a member.
 std::shared_ptr<core::Runtime> set_runtime(const char* fn, const std::string& name,
                                            const ProcessSet& ps);
-/// `name`, or the next deterministic automatic name for (process set, op).
+/// `name`, or the next deterministic automatic name for (process set, op): "@<op>.noname.<n>".
 std::string auto_name(core::OpType op, const std::string& name, int32_t process_set);
-/// The group key of a grouped op: `name`, or an automatic "group.<op>.noname.<n>".
+/// The group key of a grouped op: `name`, or an automatic "@group.<op>.noname.<n>". Members
+/// are named core::member_name(key, i).
 std::string group_name(core::OpType op, const std::string& name, int32_t process_set);
 Status check_view(const core::Request& r, const TensorView& t, const char* role);
 Status check_view(core::OpType op, const std::string& name, const TensorView& t, const char* role);

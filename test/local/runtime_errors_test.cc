@@ -155,6 +155,36 @@ TEST_CASE("one failing member fails the whole group", "[local]") {
   sum_round(c, "after", 1);
 }
 
+TEST_CASE("a group with a different number of members on one rank fails on every rank", "[local]") {
+  Cluster c(3);
+  c.start_all();
+  std::vector<Tensor<float>> t;
+  for (int i = 0; i < 9; ++i) t.emplace_back(std::vector<float>(2, 1.0f));
+  std::vector<Handle> hs;
+  auto add = [&](int r, int k) {
+    Opts o;
+    o.group = "bucket";
+    o.group_size = r == 1 ? 3 : 2;
+    hs.push_back(submit(c[r], "m" + std::to_string(k), t[static_cast<size_t>(r * 3 + k)], o));
+  };
+  for (int r = 0; r < 3; ++r) {
+    for (int k = 0; k < 2; ++k) add(r, k);
+  }
+  // Rank 1's third member comes late: nothing may fail before it is in (or it would wait for
+  // the other ranks' third member forever).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (auto& h : hs) REQUIRE_FALSE(h.poll());
+  add(1, 2);
+  for (size_t i = 0; i < hs.size(); ++i) {
+    Status s = await(hs[i], "member " + std::to_string(i));
+    INFO("handle " << i << ": " << s.to_string());
+    REQUIRE(s.code() == StatusCode::kMismatch);
+    REQUIRE(s.message() == "grouped allreduce 'bucket': 2 tensors on ranks 0,2 but 3 on rank 1");
+  }
+  REQUIRE(c.executors[0]->batches().empty());
+  sum_round(c, "after", 1);
+}
+
 TEST_CASE("shutdown fails another rank's pending work naming the rank that shut down", "[local]") {
   Cluster c(3);
   c.start_all();

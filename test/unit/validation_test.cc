@@ -206,3 +206,47 @@ TEST_CASE("validate_local rejects a negative dimension", "[unit]") {
   REQUIRE(s.code() == StatusCode::kInvalidArgument);
   REQUIRE_THAT(s.message(), Contains("[3, -1]"));
 }
+
+TEST_CASE("hvd's own names are disjoint from user names and described by group", "[unit]") {
+  REQUIRE(internal_name("allreduce.noname.3") == "@allreduce.noname.3");
+  REQUIRE(member_name("g", 1) == "@g/1");
+  REQUIRE(member_name("@group.allreduce.noname.0", 2) == "@@group.allreduce.noname.0/2");
+  // A user name that spells a member or an automatic name is still a plain user name.
+  REQUIRE(member_name("g", 0) != "g/0");
+  REQUIRE(describe(OpType::kAllreduce, "g/0") == "allreduce 'g/0'");
+  REQUIRE(describe(OpType::kAllreduce, member_name("g", 1)) == "grouped allreduce 'g' (member 1)");
+  REQUIRE(describe(OpType::kAllgather, member_name("a/b", 12)) ==
+          "grouped allgather 'a/b' (member 12)");
+  REQUIRE(describe(OpType::kAllreduce, internal_name("allreduce.noname.3")) ==
+          "allreduce '@allreduce.noname.3'");
+  REQUIRE(check_user_name("allreduce", "allreduce.noname.3").ok());
+  REQUIRE(check_user_name("allreduce", "g/0").ok());
+  REQUIRE(check_user_name("allreduce", "a@b").ok());
+  REQUIRE(check_user_name("allreduce", "").ok());
+  Status s = check_user_name("grouped_allreduce", "@g");
+  REQUIRE(s.code() == StatusCode::kInvalidArgument);
+  REQUIRE(s.message() ==
+          "grouped_allreduce '@g': names starting with '@' are reserved for hvd's own "
+          "collectives; choose another name");
+}
+
+TEST_CASE("a member mismatch names the group and the member", "[unit]") {
+  auto reqs = ranks_with(2, {1}, [](Request& r) { r.shape = {5}; });
+  reqs[0].shape = {4};
+  for (auto& r : reqs) {
+    r.name = member_name("bucket", 1);
+    r.group = "bucket";
+    r.group_size = 2;
+  }
+  REQUIRE(build_response(reqs).error ==
+          "grouped allreduce 'bucket' (member 1): shape [4] on rank 0 but [5] on rank 1");
+}
+
+TEST_CASE("group_size_error names the group, every size and its ranks", "[unit]") {
+  REQUIRE(group_size_error(OpType::kAllreduce, "g", {2, 2, 2}).empty());
+  REQUIRE(group_size_error(OpType::kAllreduce, "g", {2, 0, 2}).empty());  // 0: not known yet
+  REQUIRE(group_size_error(OpType::kAllreduce, "g", {2, 3, 2, 2}) ==
+          "grouped allreduce 'g': 2 tensors on ranks 0,2-3 but 3 on rank 1");
+  REQUIRE(group_size_error(OpType::kReducescatter, "g", {1, 3, 0, 2}) ==
+          "grouped reducescatter 'g': 1 tensor on rank 0, 3 on rank 1 but 2 on rank 3");
+}

@@ -408,8 +408,7 @@ Status check_device_pointer(const void* p, size_t bytes, int device, const core:
       (a.type == cudaMemoryTypeManaged || (a.type == cudaMemoryTypeDevice && a.device == device))) {
     return Status::OK();
   }
-  const std::string what =
-      std::string(core::op_name(e.request.op)) + " '" + e.request.name + "' " + which;
+  const std::string what = core::describe(e.request.op, e.request.name) + " " + which;
   if (err != cudaSuccess) {
     cudaGetLastError();
     return invalid_argument(what + ": cannot inspect pointer: " + cudaGetErrorString(err));

@@ -14,8 +14,7 @@
 namespace hvd::ops::nccl {
 
 inline Status unsupported_dtype(const core::Response& r) {
-  return invalid_argument(std::string(core::op_name(r.op)) + " '" + r.names.front() +
-                          "': " + dtype_name(r.dtype) +
+  return invalid_argument(core::describe(r.op, r.names.front()) + ": " + dtype_name(r.dtype) +
                           " cannot be reduced on the GPU (NCCL has no such type); use a "
                           "32-bit type or a host tensor");
 }

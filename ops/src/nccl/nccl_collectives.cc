@@ -82,11 +82,12 @@ Status NcclExecutor::allgather(DeviceState* d, const Response& r,
                                const std::vector<TensorEntry*>& es) {
   auto planned = plan_allgather(r.rank_rows, r.numels, size_, rank_, dtype_size(r.dtype));
   if (!planned.ok())
-    return internal_error("'" + r.names.front() + "': " + planned.status().message());
+    return internal_error(core::describe(r.op, r.names.front()) + ": " +
+                          planned.status().message());
   const AllgatherPlan& p = planned.value();
   const size_t n = p.n, k = p.k, me = p.rank;
   if (es.size() != k)
-    return internal_error("allgather '" + r.names.front() + "': malformed response");
+    return internal_error(core::describe(r.op, r.names.front()) + ": malformed response");
   Inputs in(d, es);
   HVD_RETURN_IF_ERROR(in.check(/*outputs_known=*/false));
   for (size_t i = 0; i < k; ++i) {
@@ -149,11 +150,12 @@ Status NcclExecutor::allgather(DeviceState* d, const Response& r,
 Status NcclExecutor::alltoall(DeviceState* d, const Response& r,
                               const std::vector<TensorEntry*>& es) {
   if (r.numels.size() != es.size() || es.empty()) {
-    return internal_error("alltoall '" + r.names.front() + "': malformed response");
+    return internal_error(core::describe(r.op, r.names.front()) + ": malformed response");
   }
   auto planned = plan_alltoall(r.rank_rows, r.numels[0], size_, rank_, dtype_size(r.dtype));
   if (!planned.ok())
-    return internal_error("'" + r.names.front() + "': " + planned.status().message());
+    return internal_error(core::describe(r.op, r.names.front()) + ": " +
+                          planned.status().message());
   AlltoallPlan& p = planned.value();
   const size_t n = static_cast<size_t>(size_);
   Inputs in(d, es);

@@ -28,8 +28,8 @@ Result<DeviceState*> NcclExecutor::device_for(const Response& r,
   for (const auto* e : es) {
     if (e->input.device.kind != DeviceKind::kCuda) continue;
     if (dev >= 0 && e->input.device.index != dev) {
-      return invalid_argument(std::string(core::op_name(r.op)) + " '" + r.names.front() +
-                              "': tensors of one collective on cuda:" + std::to_string(dev) +
+      return invalid_argument(core::describe(r.op, r.names.front()) +
+                              ": tensors of one collective on cuda:" + std::to_string(dev) +
                               " and " + e->input.device.str() + " on rank " +
                               std::to_string(rank_) +
                               "; hvd uses one GPU per rank for a collective");

@@ -13,8 +13,10 @@
 //  3. If any rank has uncached requests or wants to shut down: every rank sends its uncached
 //     requests to rank 0 (gather); rank 0 records them per name, and for each name now requested
 //     by every rank validates the parameters and emits a response (or an error naming the
-//     tensor, the ranks and the values); grouped names wait for their whole group. Rank 0
-//     broadcasts the list.
+//     tensor, the ranks and the values); grouped names wait for their whole group. A group
+//     whose ranks submitted different numbers of members waits until every rank sent all of
+//     its members, then every member fails (one error naming the group, sizes and ranks).
+//     Rank 0 broadcasts the list.
 //  4. The round's list = cached responses, then the broadcast ones. Every rank then caches the
 //     new successful single-tensor responses in list order, so caches stay identical.
 //
@@ -86,6 +88,7 @@ class Controller {
   bool coordinator_ready(const Pending& p, const std::vector<int>& joined) const;
   void coordinator_sweep(const std::vector<int>& joined, std::vector<Response>* ready);
   void coordinator_emit(const std::string& name, int last_rank, std::vector<Response>* ready);
+  void coordinator_fail_groups(const std::vector<int>& joined, std::vector<Response>* ready);
   void cache_new_responses(const std::vector<Response>& responses, bool any_joined);
   void set_pending(uint32_t bit, TensorEntry* e);
   TensorEntry* take_pending(uint32_t bit);
@@ -110,15 +113,20 @@ class Controller {
     uint64_t arrival = 0;
     std::chrono::steady_clock::time_point since;
     bool is_join = false;
+    std::string group;  // the first request's group key ("" when not grouped)
   };
   std::unordered_map<std::string, Pending> table_;
   uint64_t arrivals_ = 0;
-  // group key -> responses of members ready so far (in member arrival order)
+  // group key -> state of the group's members across ranks
   struct Group {
     std::vector<Response> members;  // ready, waiting for the rest of the group
     int done = 0;                   // members answered (run or failed)
     bool failed = false;
     std::string reason;
+    std::vector<int32_t> sizes;  // per rank: members it says the group has (0: none seen yet)
+    std::vector<int32_t> seen;   // per rank: members received
+    bool mismatched = false;     // ranks disagree on the number of members
+    OpType op = OpType::kAllreduce;
   };
   std::unordered_map<std::string, Group> groups_;
 };

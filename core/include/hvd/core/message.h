@@ -73,7 +73,19 @@ struct Response {
   bool is_error() const { return !error.empty(); }
 };
 
-/// `s` for one collective: "allreduce 'w': <message>", same code.
+/// hvd's own names (automatic names, group members, join, process set operations) start with
+/// this character and user names may not (check_user_name), so the two never meet.
+inline constexpr char kReservedNamePrefix = '@';
+/// `base` in hvd's own name space: "@<base>".
+std::string internal_name(const std::string& base);
+/// The name of member `i` of the group keyed `group`: "@<group>/<i>", distinct for every
+/// (group, i) and from every other name.
+std::string member_name(const std::string& group, size_t i);
+/// How messages name a collective: "allreduce 'w'", or for a group member (member_name)
+/// "grouped allreduce 'g' (member 1)".
+std::string describe(OpType op, const std::string& name);
+
+/// `s` for one collective: "allreduce 'w': <message>" (describe), same code.
 Status about(const Request& r, const Status& s);
 
 /// One round's message from a rank to the coordinator.

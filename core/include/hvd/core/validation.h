@@ -28,6 +28,16 @@ Response build_response(const std::vector<Request>& per_rank);
 Response build_response(const std::vector<Request>& present, int set_size,
                         const std::vector<int>& joined);
 
+/// Refuses a user's name that lies in hvd's own name space (starts with kReservedNamePrefix),
+/// naming the call `what` (e.g. "allreduce") and the name.
+Status check_user_name(const std::string& what, const std::string& name);
+
+/// The error of group `group` when its ranks submitted different numbers of members
+/// ("grouped allreduce 'g': 2 tensors on ranks 0,2 but 3 on rank 1"), or "" when they agree.
+/// `sizes[i]`: rank i's number of members, 0 while unknown (ignored).
+std::string group_size_error(OpType op, const std::string& group,
+                             const std::vector<int32_t>& sizes);
+
 /// "0-2,5" for {0,1,2,5}.
 std::string rank_ranges(std::vector<int> ranks);
 
