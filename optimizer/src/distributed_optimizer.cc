@@ -146,8 +146,8 @@ void DistributedOptimizer::synchronize() {
 torch::Tensor DistributedOptimizer::step(torch::optim::Optimizer::LossClosure closure) {
   auto& reg = detail::GradRegistry::instance();
   if (skip_sync_) {
-    reg.check_quiet(impl_->entries,
-                    "step() of '" + label_ + "' was called inside skip_synchronize()", true);
+    reg.check_synchronized(impl_->entries,
+                           "step() of '" + label_ + "' was called inside skip_synchronize()");
   } else {
     synchronize();
   }
@@ -166,8 +166,7 @@ torch::Tensor DistributedOptimizer::step(torch::optim::Optimizer::LossClosure cl
 }
 
 void DistributedOptimizer::zero_grad() {
-  detail::GradRegistry::instance().check_quiet(impl_->entries,
-                                               "zero_grad() of '" + label_ + "' was called", false);
+  detail::GradRegistry::instance().quiesce(impl_->entries);
   optimizer_.zero_grad();
 }
 

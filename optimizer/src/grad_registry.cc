@@ -285,7 +285,8 @@ void GradRegistry::on_grad_ready(const std::shared_ptr<GradEntry>& e) {
                      "or synchronize() of " +
                      e->owner_labels() +
                      "; raise backward_passes_per_step to "
-                     "accumulate gradients locally, or call step() between backward passes"));
+                     "accumulate gradients locally, or call step() (or zero_grad(), to discard "
+                     "the gradient) between backward passes"));
   }
   if (e->state == State::kReduced) start_round(*e);
   ++e->passes;
@@ -299,7 +300,7 @@ void GradRegistry::on_grad_ready(const std::shared_ptr<GradEntry>& e) {
 }
 
 void GradRegistry::synchronize(int owner, const EntryList& entries) {
-  std::vector<std::pair<std::shared_ptr<GradEntry>, Handle>> waits;
+  Waits waits;
   {
     std::lock_guard<std::mutex> lk(mu_);
     std::vector<std::shared_ptr<GradGroup>> groups;
@@ -319,16 +320,26 @@ void GradRegistry::synchronize(int owner, const EntryList& entries) {
       }
       submit_locked(g->members, g->name);
     }
-    for (const auto& e : entries) {
-      // Group mates this owner does not hold complete with the group.
-      const EntryList self{e};
-      for (const auto& m : e->group ? e->group->members : self) {
-        const bool listed =
-            std::any_of(waits.begin(), waits.end(), [&m](const auto& w) { return w.first == m; });
-        if (m->state == State::kInFlight && !listed) waits.emplace_back(m, m->handle);
-      }
+    waits = in_flight_locked(entries);
+  }
+  throw_if_error(wait_and_finish(waits));
+}
+
+GradRegistry::Waits GradRegistry::in_flight_locked(const EntryList& entries) const {
+  Waits waits;
+  for (const auto& e : entries) {
+    // Group mates this owner does not hold complete with the group.
+    const EntryList self{e};
+    for (const auto& m : e->group ? e->group->members : self) {
+      const bool listed =
+          std::any_of(waits.begin(), waits.end(), [&m](const auto& w) { return w.first == m; });
+      if (m->state == State::kInFlight && !listed) waits.emplace_back(m, m->handle);
     }
   }
+  return waits;
+}
+
+Status GradRegistry::wait_and_finish(const Waits& waits) {
   Status first_error;
   std::vector<bool> ok(waits.size(), true);
   for (size_t i = 0; i < waits.size(); ++i) {
@@ -338,16 +349,14 @@ void GradRegistry::synchronize(int owner, const EntryList& entries) {
       if (first_error.ok()) first_error = s;
     }
   }
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (size_t i = 0; i < waits.size(); ++i) {
-      GradEntry& e = *waits[i].first;
-      if (e.state == State::kInFlight && e.handle.state() == waits[i].second.state()) {
-        finish(e, ok[i]);
-      }
+  std::lock_guard<std::mutex> lk(mu_);
+  for (size_t i = 0; i < waits.size(); ++i) {
+    GradEntry& e = *waits[i].first;
+    if (e.state == State::kInFlight && e.handle.state() == waits[i].second.state()) {
+      finish(e, ok[i]);
     }
   }
-  throw_if_error(first_error);
+  return first_error;
 }
 
 void GradRegistry::consume(int owner, const EntryList& entries) {
@@ -357,21 +366,27 @@ void GradRegistry::consume(int owner, const EntryList& entries) {
   }
 }
 
-void GradRegistry::check_quiet(const EntryList& entries, const std::string& what,
-                               bool allow_accumulating) {
+void GradRegistry::quiesce(const EntryList& entries) {
+  Waits waits;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    waits = in_flight_locked(entries);
+  }
+  (void)wait_and_finish(waits);  // a failed reduction is discarded like a finished one
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const auto& e : entries) {
+    if (e->state != State::kInFlight) start_round(*e);  // kInFlight: resubmitted meanwhile
+  }
+}
+
+void GradRegistry::check_synchronized(const EntryList& entries, const std::string& what) {
   std::lock_guard<std::mutex> lk(mu_);
   for (const auto& e : entries) {
     if (e->state == State::kInFlight) {
       throw Error(precondition(what + " while the allreduce of the gradient of '" + e->name +
-                               "' is in flight (it started during backward()); call step() or "
-                               "synchronize() first"));
-    }
-    if (!allow_accumulating && e->state == State::kAccumulating && e->passes > 0) {
-      throw Error(precondition(
-          what + " while the gradient of '" + e->name + "' has " + std::to_string(e->passes) +
-          " of backward_passes_per_step=" + std::to_string(e->settings.backward_passes_per_step) +
-          " backward passes accumulated; call step() or synchronize() "
-          "first"));
+                               "' is in flight (it started during backward()); call "
+                               "synchronize() before this step() (skip_synchronize() skips only "
+                               "the wait inside step())"));
     }
   }
 }

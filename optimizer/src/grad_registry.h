@@ -14,7 +14,9 @@
 // firing (a new backward pass) or a synchronize() by an owner that already consumed it starts a
 // new round. synchronize() starts the reductions that did not start during backward (no gradient
 // on this rank: the current .grad, zeros if undefined, is contributed), so every rank submits the
-// same names and nobody hangs.
+// same names and nobody hangs. zero_grad() quiesces its entries first: it waits for those in
+// flight (their results are discarded; failures too) and starts a new round for each, dropping
+// partial accumulations, as a single-process zero_grad() discards whatever .grad holds.
 #pragma once
 
 #include <torch/csrc/autograd/function.h>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "hvd/core/handle.h"
+#include "hvd/core/status.h"
 #include "hvd/optim/distributed_optimizer.h"
 
 namespace hvd::optim::detail {
@@ -94,9 +97,13 @@ class GradRegistry {
   void synchronize(int owner, const EntryList& entries);
   /// `owner` has applied the reduced gradients of `entries`.
   void consume(int owner, const EntryList& entries);
-  /// Throws when `entries` have reductions in flight (`allow_accumulating`: or partial
-  /// accumulations), naming the first such parameter and `what` was attempted.
-  void check_quiet(const EntryList& entries, const std::string& what, bool allow_accumulating);
+  /// Before zero_grad(): waits for the reductions of `entries` (and their group mates) in
+  /// flight, ignoring failures (the results are about to be discarded), then starts a new round
+  /// for each of `entries`: accumulated passes and unconsumed reductions are dropped.
+  void quiesce(const EntryList& entries);
+  /// Throws when `entries` have reductions in flight, naming the first such parameter and `what`
+  /// was attempted (step() inside skip_synchronize() without synchronize() before it).
+  void check_synchronized(const EntryList& entries, const std::string& what);
 
   void set_observer(std::function<void(const std::string&, const Handle&)> fn);
 
@@ -104,6 +111,11 @@ class GradRegistry {
   void start_round(GradEntry& e);
   void submit_locked(const EntryList& entries, const std::string& group_name);
   bool group_ready(const GradGroup& g) const;
+  using Waits = std::vector<std::pair<std::shared_ptr<GradEntry>, Handle>>;
+  /// The in-flight reductions of `entries` and their group mates (lock held).
+  Waits in_flight_locked(const EntryList& entries) const;
+  /// Waits for `waits` (lock not held), completes them, returns the first failure.
+  Status wait_and_finish(const Waits& waits);
 
   std::mutex mu_;
   std::unordered_map<c10::TensorImpl*, std::shared_ptr<GradEntry>> by_tensor_;

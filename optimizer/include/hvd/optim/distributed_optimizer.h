@@ -14,7 +14,9 @@
 // optimizers holding the same parameter share one hook and one reduction per backward pass, and
 // each of them applies the same reduced gradient — no renaming, no synchronize() rituals. A
 // reduced gradient stays valid for every optimizer holding the parameter until the next backward
-// pass writes that gradient again.
+// pass writes that gradient again. zero_grad() behaves as in a single process: a gradient
+// being reduced (a backward pass through another optimizer's loss wrote it) is waited for and
+// discarded, so programs with several optimizers and losses need no special ordering.
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -133,7 +135,9 @@ class DistributedOptimizer {
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
-  /// Unless inside skip_synchronize(): synchronize(). Then the wrapped optimizer's step. With a
+  /// Unless inside skip_synchronize(): synchronize(). Then the wrapped optimizer's step. Inside
+  /// skip_synchronize(), throws hvd::Error (naming a parameter) when a reduction of this
+  /// optimizer is still in flight: call synchronize() before. With a
   /// closure (LBFGS), every evaluation of the closure is followed by synchronize() and the
   /// returned loss is averaged over ranks, so all ranks take the same decisions.
   torch::Tensor step(torch::optim::Optimizer::LossClosure closure = nullptr);
@@ -141,9 +145,13 @@ class DistributedOptimizer {
   /// yet started (no gradient on this rank this step, or fewer than backward_passes_per_step
   /// passes) start now, contributing the current .grad (zeros when it is undefined).
   void synchronize();
-  /// Zeroes the gradients via the wrapped optimizer. Throws hvd::Error (naming a parameter) when
-  /// a gradient of this optimizer is being reduced or accumulated: call step() or synchronize()
-  /// first.
+  /// Zeroes the gradients via the wrapped optimizer, as a single-process zero_grad() does: the
+  /// reductions of this optimizer's gradients still in flight (a backward pass since its last
+  /// step(), e.g. through another optimizer's loss) are waited for and discarded first, failed
+  /// ones too, and passes accumulated towards backward_passes_per_step are dropped. Never throws
+  /// for reductions in flight. It waits for the reductions this rank started, which every rank
+  /// must start too: a parameter that got a gradient on some ranks only must be stepped or
+  /// synchronized before zero_grad().
   void zero_grad();
   /// `{ auto g = opt.skip_synchronize(); opt.step(); }` after an explicit synchronize() (e.g. to
   /// clip gradients in between).
