@@ -67,8 +67,7 @@ int main(int argc, char** argv) {
         "hvd_inflight_bench: K allreduces (Sum, %lld float32) in flight, then wait all; np=%d, "
         "%s names, median of slowest rank over up to %d iterations (+1 warm-up)\n",
         static_cast<long long>(size), hvd::size(), fresh ? "fresh" : "repeated", iters);
-    std::printf("%8s %6s %12s %14s %10s\n", "K", "iters", "median ms", "collectives/s",
-                "vs first");
+    std::printf("%8s %6s %12s %14s %10s\n", "K", "iters", "median ms", "collectives/s", "vs first");
   }
   double first_rate = 0;
   int round = 0;
@@ -104,8 +103,7 @@ int main(int argc, char** argv) {
     const double rate = k / (med / 1000);
     if (first_rate == 0) first_rate = rate;
     if (rank == 0) {
-      std::printf("%8d %6zu %12.2f %14.0f %9.2fx\n", k, times.size(), med, rate,
-                  first_rate / rate);
+      std::printf("%8d %6zu %12.2f %14.0f %9.2fx\n", k, times.size(), med, rate, first_rate / rate);
       std::fflush(stdout);
     }
   }

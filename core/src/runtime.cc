@@ -119,7 +119,12 @@ Handle Runtime::enqueue_with(const std::string& name,
                                          "(wait for the first one or pick another name)"));
   }
   if (it == table_.end()) {
-    if (table_.size() >= kMaxTable) drop_idle_slots();
+    // Idle slots go only once they are at least as many as the active ones (and kMaxTable):
+    // a sweep then visits at most twice the slots it frees, O(1) per insertion however many
+    // names are in flight. (Sweeping whenever the table held kMaxTable names made every new
+    // name scan the table once more than kMaxTable were in flight.)
+    const size_t idle = table_.size() - active_;
+    if (idle >= std::max(kMaxTable, active_)) drop_idle_slots();
     it = table_.try_emplace(name).first;
   }
   Slot& slot = it->second;
@@ -172,6 +177,7 @@ void Runtime::retire(TensorEntry* e) {
 }
 
 void Runtime::drop_idle_slots() {
+  stats_.slot_sweep_visits += table_.size();
   for (auto it = table_.begin(); it != table_.end();) {
     it = it->second.active ? std::next(it) : table_.erase(it);
   }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Names: group members and automatic names never meet user names; a group with a different
-// number of tensors on some rank fails on every rank and leaves nothing behind.
+// number of tensors on some rank fails on every rank and leaves nothing behind; tens of
+// thousands of names may be in flight at once.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
@@ -138,4 +139,33 @@ TEST_CASE("names starting with '@' are refused at submission naming the name", "
   // '@' elsewhere in a name is fine.
   hvd::allreduce(view(v), "at.@.middle", ReduceOp::kSum);
   for (float x : v) REQUIRE(x == static_cast<float>(hvd::size()));
+}
+
+TEST_CASE("20,000 allreduces in flight at once all complete with the right sums", "[mpi]") {
+  // More names in flight than the tensor table keeps idle (8,192) and the response cache holds
+  // (1,024 by default); the second pass submits the same names again.
+  constexpr int kInFlight = 20000, kLen = 4;
+  const float r1 = static_cast<float>(hvd::rank() + 1);
+  std::vector<std::vector<float>> bufs(kInFlight, std::vector<float>(kLen));
+  std::vector<hvd::Handle> hs(kInFlight);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int j = 0; j < kInFlight; ++j) {
+      auto& b = bufs[static_cast<size_t>(j)];
+      for (int i = 0; i < kLen; ++i)
+        b[static_cast<size_t>(i)] = r1 * static_cast<float>(j % 97 + i + pass);
+      hs[static_cast<size_t>(j)] =
+          hvd::allreduce_async(view(b), "inflight." + std::to_string(j), ReduceOp::kSum);
+    }
+    for (auto& h : hs) h.wait();
+    for (int j = 0; j < kInFlight; ++j) {
+      for (int i = 0; i < kLen; ++i) {
+        const float got = bufs[static_cast<size_t>(j)][static_cast<size_t>(i)];
+        const float want = sum_of(static_cast<float>(j % 97 + i + pass));
+        if (got != want) {
+          FAIL("pass " << pass << ", inflight." << j << " element " << i << ": " << got
+                       << " != " << want);
+        }
+      }
+    }
+  }
 }

@@ -106,6 +106,9 @@ class Runtime {
   /// Counters for tests and benchmarks.
   struct Stats {
     std::atomic<uint64_t> rounds{0}, full_rounds{0}, responses{0}, fused_batches{0};
+    /// Table slots visited by drop_idle_slots(): stays within a small multiple of the names
+    /// ever submitted (a sweep per insertion would make enqueue linear in the names in flight).
+    std::atomic<uint64_t> slot_sweep_visits{0};
   };
   const Stats& stats() const { return stats_; }
   /// The pool of hvd-allocated outputs of this process set.
@@ -120,7 +123,8 @@ class Runtime {
   /// Marks a finished table entry idle (mu_ held): its slot waits for the next collective of
   /// its name, so entries are allocated and freed on the user's side only.
   void retire(TensorEntry* e);
-  /// Erases every idle slot (mu_ held); runs when the table reaches kMaxTable names.
+  /// Erases every idle slot (mu_ held); runs when a new name arrives and the idle slots number
+  /// at least max(kMaxTable, active slots), so its cost is amortized over as many insertions.
   void drop_idle_slots();
   /// A handle failed at once with `why`, naming the op and tensor `fill` describes.
   static Handle refuse(const std::function<void(TensorEntry*)>& fill, const Status& why);
@@ -154,7 +158,7 @@ class Runtime {
   size_t active_ = 0;                // active slots
   // Device work handed to handles (pruned as it finishes): an abort fails what is left.
   std::vector<std::weak_ptr<Completion>> outstanding_;
-  static constexpr size_t kMaxTable = 8192;
+  static constexpr size_t kMaxTable = 8192;     // idle slots kept (at least; see drop_idle_slots)
   std::vector<TensorEntry*> fresh_;             // background thread: this round's new entries
   std::vector<const Request*> ready_requests_;  // background thread: execute_cached scratch
   bool shutdown_requested_ = false;
