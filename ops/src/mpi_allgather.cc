@@ -48,11 +48,19 @@ Status MpiExecutor::allgather(const Response& r, const std::vector<TensorEntry*>
         core::allocate_output_or_own(es[i], with_rows(total, e->input.shape), &failed));
   }
   std::vector<int> icounts(n), idispls(n);
+  int64_t all = 0;
+  for (size_t j = 0; j < n; ++j) all += counts[j];
   int64_t off = 0;
   for (size_t j = 0; j < n; ++j) {
+    // MPI counts and displacements are ints: each rank's part, and where it starts in the
+    // output, must stay below 2^31 elements.
     if (counts[j] > INT_MAX || off > INT_MAX) {
-      return invalid_argument("allgather '" + r.names.front() + "': " + std::to_string(off) +
-                              "+ elements exceed one MPI_Allgatherv call (2^31 - 1)");
+      return invalid_argument(core::describe(r.op, r.names.front()) + ": the gathered output has " +
+                              std::to_string(all) + " elements (rank " + std::to_string(j) +
+                              " sends " + std::to_string(counts[j]) + " from element " +
+                              std::to_string(off) +
+                              "); one MPI_Allgatherv call takes at most 2^31 - 1 elements per "
+                              "rank and offsets below 2^31: split the tensor");
     }
     icounts[j] = static_cast<int>(counts[j]);
     idispls[j] = static_cast<int>(off);

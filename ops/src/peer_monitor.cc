@@ -111,7 +111,8 @@ Status PeerMonitor::start(MPI_Comm comm, const std::string& host) {
   host_ = host;
   if (::pipe(wake_) != 0) return internal_error("peer monitor: pipe() failed");
 
-  // Rank 0 listens and publishes "port ip1 ip2 ...".
+  // Rank 0 listens and publishes "port pid host ip1 ip2 ..." (its pid and host name the rank
+  // in the other ranks' report should it die).
   int listener = -1;
   std::string announce;
   if (rank_ == 0) {
@@ -125,7 +126,8 @@ Status PeerMonitor::start(MPI_Comm comm, const std::string& host) {
         getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
       announce = "0";
     } else {
-      announce = std::to_string(ntohs(a.sin_port));
+      announce = std::to_string(ntohs(a.sin_port)) + " " + std::to_string(::getpid()) + " " +
+                 (host.empty() || host.find(' ') != std::string::npos ? "?" : host);
       for (const auto& ip : local_ipv4()) announce += " " + ip;
     }
   }
@@ -138,7 +140,10 @@ Status PeerMonitor::start(MPI_Comm comm, const std::string& host) {
   if (rank_ != 0) {
     std::istringstream in(announce);
     int port = 0;
+    long root_pid = 0;
+    std::string root_host;
     in >> port;
+    if (port > 0) in >> root_pid >> root_host;
     std::string ip;
     int fd = -1;
     while (port > 0 && fd < 0 && in >> ip) fd = connect_to(ip, port);
@@ -146,7 +151,7 @@ Status PeerMonitor::start(MPI_Comm comm, const std::string& host) {
       keepalive(fd);
       ok = send_all(fd,
                     std::to_string(rank_) + " " + std::to_string(::getpid()) + " " + host + "\n");
-      peers_.push_back(Peer{fd, 0, "", 0, false, ""});
+      peers_.push_back(Peer{fd, 0, root_host, root_pid, false, ""});
     } else {
       ok = 0;
     }
@@ -241,9 +246,8 @@ void PeerMonitor::watch() {
       ::close(p.fd);
       p.fd = -1;
       if (p.bye) continue;
-      std::string who = rank_ == 0 ? "rank " + std::to_string(p.rank) + " (pid " +
-                                         std::to_string(p.pid) + " on " + p.host + ")"
-                                   : "rank 0";
+      std::string who = "rank " + std::to_string(p.rank) + " (pid " + std::to_string(p.pid) +
+                        " on " + p.host + ")";
       std::string msg = who + " exited or lost its connection without calling hvd::shutdown()";
       if (rank_ == 0) {
         for (auto& q : peers_) {
