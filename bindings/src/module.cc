@@ -58,6 +58,15 @@ void bind_lifecycle(pyb::module_& m) {
     pyb::gil_scoped_release nogil;
     hvd::stop_timeline();
   });
+  m.def("runtime_stats", []() {
+    RuntimeStats st = hvd::runtime_stats();
+    pyb::dict d;
+    d["rounds"] = st.rounds;
+    d["full_rounds"] = st.full_rounds;
+    d["responses"] = st.responses;
+    d["fused_batches"] = st.fused_batches;
+    return d;
+  });
   m.def("graveyard_size", &graveyard_size,
         "Dropped handles whose collective is still running (their tensors are kept alive).");
 }

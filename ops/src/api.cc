@@ -443,6 +443,16 @@ void start_timeline(const std::string& path) {
 
 void stop_timeline() { runtime("stop_timeline").stop_timeline(); }
 
+RuntimeStats runtime_stats() {
+  const auto& st = runtime("runtime_stats").stats();
+  RuntimeStats out;
+  out.rounds = st.rounds.load();
+  out.full_rounds = st.full_rounds.load();
+  out.responses = st.responses.load();
+  out.fused_batches = st.fused_batches.load();
+  return out;
+}
+
 bool poll(const Handle& h) { return h.poll(); }
 void wait(const Handle& h) { h.wait(); }
 void synchronize(const Handle& h) { h.wait(); }

@@ -59,3 +59,16 @@ def test_timeline_written_at_run_time():
         assert probe["args"]["bytes"] == 32 and probe["args"]["ok"] is True
         os.remove(path)
     hvd_torch.barrier()
+
+
+def test_runtime_stats_count_rounds_and_responses():
+    """_core.runtime_stats(): the global set's counters grow with the collectives run."""
+    before = _core.runtime_stats()
+    x = torch.ones(4)
+    for i in range(3):
+        hvd_torch.allreduce_(x, name=f"stats.{i}", op=hvd_torch.Sum)
+    after = _core.runtime_stats()
+    assert set(after) == {"rounds", "full_rounds", "responses", "fused_batches"}
+    assert after["responses"] >= before["responses"] + 3
+    assert after["rounds"] > before["rounds"]
+    assert torch.equal(x, torch.full((4,), float(hvd_torch.size() ** 3)))

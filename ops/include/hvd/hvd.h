@@ -175,6 +175,14 @@ void start_timeline(const std::string& path);
 /// Closes the timeline file (valid JSON). No-op when none is being written.
 void stop_timeline();
 
+/// Counters of the global set's background thread since init(), for diagnosis and benchmarks:
+/// negotiation rounds (full = with new names through the coordinator), responses executed and
+/// fused batches among them.
+struct RuntimeStats {
+  uint64_t rounds = 0, full_rounds = 0, responses = 0, fused_batches = 0;
+};
+RuntimeStats runtime_stats();
+
 /// True once the collective finished. Never blocks.
 bool poll(const Handle& h);
 /// Blocks until finished; throws hvd::Error if it failed.
