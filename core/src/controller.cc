@@ -3,6 +3,7 @@
 #include "hvd/core/controller.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "hvd/core/validation.h"
 
@@ -47,8 +48,9 @@ Response cached_response(const ResponseCache& cache, uint32_t bit) {
 
 }  // namespace
 
-Controller::Controller(Transport* transport, int64_t cache_capacity)
+Controller::Controller(Transport* transport, int64_t cache_capacity, StallClock clock)
     : transport_(transport),
+      clock_(std::move(clock)),
       cache_(cache_capacity),
       cache_enabled_(cache_capacity > 0),
       pending_(static_cast<size_t>(std::max<int64_t>(cache_capacity, 0)), nullptr),
@@ -227,7 +229,7 @@ void Controller::coordinator_add(const Request& r, const std::vector<int>& joine
   if (p.per_rank.empty()) {
     p.per_rank.resize(static_cast<size_t>(size()));
     p.arrival = arrivals_++;
-    p.since = std::chrono::steady_clock::now();
+    p.since = now();
     p.is_join = r.op == OpType::kJoin;
     p.group = r.group;
   }
@@ -351,17 +353,19 @@ void Controller::coordinator_fail_groups(const std::vector<int>& joined,
   }
 }
 
-std::map<std::string, std::vector<int>> Controller::stalled(double older_than_s) const {
-  std::map<std::string, std::vector<int>> out;
-  auto now = std::chrono::steady_clock::now();
+std::vector<StalledTensor> Controller::stalled(double older_than_s) const {
+  std::vector<StalledTensor> out;
+  const auto t = now();
   for (const auto& [name, p] : table_) {
-    if (std::chrono::duration<double>(now - p.since).count() < older_than_s) continue;
-    std::vector<int> missing;
+    if (std::chrono::duration<double>(t - p.since).count() < older_than_s) continue;
+    StalledTensor st{name, {}, {}};
     for (size_t i = 0; i < p.per_rank.size(); ++i) {
-      if (!p.per_rank[i]) missing.push_back(static_cast<int>(i));
+      (p.per_rank[i] ? st.submitted : st.missing).push_back(static_cast<int>(i));
     }
-    out[name] = missing;
+    out.push_back(std::move(st));
   }
+  std::sort(out.begin(), out.end(),
+            [](const StalledTensor& a, const StalledTensor& b) { return a.name < b.name; });
   return out;
 }
 

@@ -18,7 +18,7 @@ namespace hvd::core {
 Runtime::Runtime(Config config, RuntimeParts parts)
     : config_(std::move(config)),
       parts_(std::move(parts)),
-      controller_(parts_.transport.get(), config_.cache_capacity),
+      controller_(parts_.transport.get(), config_.cache_capacity, parts_.clock),
       rank_(parts_.transport->rank()),
       size_(parts_.transport->size()) {
   if (!config_.timeline.empty()) {
@@ -188,9 +188,17 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
   if (stopped_) return false;
   const bool was_idle = queue_.empty() && !controller_.has_pending() && !shutdown_requested_;
   if (was_idle) {
-    // Nothing to negotiate: block (no polling, no collectives) until a user thread submits.
+    // Nothing to negotiate: block (no polling) until a user thread submits, or until the
+    // stall heartbeat: then take part in one (empty) round, so that ranks which did submit
+    // are not blocked in a round forever and rank 0 learns about and reports the stall.
     sleeping_ = true;
-    cv_.wait(lk, [&] { return stopped_ || !queue_.empty() || shutdown_requested_; });
+    auto woken = [&] { return stopped_ || !queue_.empty() || shutdown_requested_; };
+    const auto heartbeat = idle_heartbeat();
+    if (heartbeat.count() > 0) {
+      cv_.wait_for(lk, heartbeat, woken);
+    } else {
+      cv_.wait(lk, woken);
+    }
     sleeping_ = false;
   }
   if (stopped_) return false;
@@ -203,7 +211,7 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
     cv_.wait_for(lk, pause, [&] { return stopped_ || !queue_.empty() || shutdown_requested_; });
     pausing_ = false;
   }
-  if (was_idle && !shutdown_requested_) {
+  if (was_idle && !shutdown_requested_ && !queue_.empty()) {  // empty: a heartbeat round
     if (config_.cycle_time_ms > 0) {
       cv_.wait_for(lk, std::chrono::duration<double, std::milli>(config_.cycle_time_ms),
                    [&] { return stopped_ || shutdown_requested_; });
@@ -310,18 +318,40 @@ bool Runtime::run_once() {
   return true;
 }
 
+std::chrono::milliseconds Runtime::idle_heartbeat() const {
+  if (config_.stall_warning_s <= 0) return std::chrono::milliseconds(0);
+  // A quarter of the threshold, at most 1 s: a stall is seen soon after it passes the
+  // threshold, and an idle job costs one small round per second per rank.
+  const double ms = std::min(config_.stall_warning_s * 250.0, 1000.0);
+  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(ms)));
+}
+
 void Runtime::check_stalls() {
   if (rank_ != 0 || config_.stall_warning_s <= 0) return;
-  auto now = std::chrono::steady_clock::now();
-  if (now - last_stall_check_ < std::chrono::duration<double>(config_.stall_warning_s)) return;
+  using Clock = std::chrono::steady_clock;
+  const auto now = controller_.now();
+  const std::chrono::duration<double> threshold(config_.stall_warning_s);
+  // Look a few times per threshold (a stall is reported soon after it passes it), warn at most
+  // once per threshold.
+  if (last_stall_check_ != Clock::time_point{} && now - last_stall_check_ < threshold / 4) return;
   last_stall_check_ = now;
-  auto stalled = controller_.stalled(config_.stall_warning_s);
-  for (const auto& [name, missing] : stalled) {
-    HVD_LOG(Warning) << "'" << name << "' has been waiting " << config_.stall_warning_s
-                     << "+ s for " << (missing.size() == 1 ? "rank " : "ranks ")
-                     << rank_ranges(missing)
-                     << " to submit it (a rank may be stuck, or not calling this collective)";
+  if (last_stall_warning_ != Clock::time_point{} && now - last_stall_warning_ < threshold) return;
+  const auto stalled = controller_.stalled(config_.stall_warning_s);
+  if (stalled.empty()) return;
+  last_stall_warning_ = now;
+  auto ranks = [](const std::vector<int>& v) {
+    return std::string(v.size() == 1 ? "rank " : "ranks ") + rank_ranges(v);
+  };
+  std::string what;
+  for (const StalledTensor& t : stalled) {
+    what += (what.empty() ? "" : "; ") + std::string("'") + t.name + "' submitted by " +
+            ranks(t.submitted) + ", missing on " + ranks(t.missing);
   }
+  HVD_LOG(Warning) << stalled.size() << (stalled.size() == 1 ? " tensor has" : " tensors have")
+                   << " waited " << config_.stall_warning_s
+                   << "+ s for ranks that have not submitted it: " << what
+                   << " (a rank may be stuck, or not calling these collectives in the same "
+                      "order; set HVD_STALL_CHECK_TIME_SECONDS=0 to silence this)";
 }
 
 namespace {

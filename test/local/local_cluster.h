@@ -323,8 +323,9 @@ struct Cluster {
   /// `device_executor`: also run device (kCuda) responses through a TestExecutor, so that
   /// device-kind paths can be tested on host memory.
   /// `gate`: device responses "finish" only when it opens (AsyncTestExecutor).
+  /// `clock`: the runtimes' stall clock (null: steady_clock).
   explicit Cluster(int n, Config cfg = Config{}, bool device_executor = false,
-                   std::shared_ptr<DeviceGate> gate = nullptr)
+                   std::shared_ptr<DeviceGate> gate = nullptr, core::StallClock clock = nullptr)
       : hub(std::make_shared<LocalHub>(n)), exec_hub(std::make_shared<LocalHub>(n)) {
     for (int r = 0; r < n; ++r) {
       auto t = std::make_unique<LocalTransport>(hub, r);
@@ -343,6 +344,7 @@ struct Cluster {
                                          core::RuntimeParts* out) {
         return make_set_parts(r, id, ranks, out);
       };
+      parts.clock = clock;
       rt.push_back(std::make_unique<Runtime>(cfg, std::move(parts)));
     }
   }

@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,6 +47,16 @@
 
 namespace hvd::core {
 
+/// A request rank 0 has had from some ranks but not all (see Controller::stalled()).
+struct StalledTensor {
+  std::string name;
+  std::vector<int> submitted;  ///< ranks that submitted it
+  std::vector<int> missing;    ///< ranks that have not
+};
+
+/// The time source of stall detection: steady_clock unless a test injects a fake one.
+using StallClock = std::function<std::chrono::steady_clock::time_point()>;
+
 struct RoundResult {
   /// Allreduces and broadcasts ready on every rank through the cache: this rank's entries, in
   /// bit order (the same order on every rank). They run first, then `responses`.
@@ -60,7 +71,8 @@ struct RoundResult {
 /// owns it.
 class Controller {
  public:
-  Controller(Transport* transport, int64_t cache_capacity);
+  /// `clock` stamps the coordinator's requests for stalled() (null: steady_clock).
+  Controller(Transport* transport, int64_t cache_capacity, StallClock clock = nullptr);
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
@@ -76,9 +88,13 @@ class Controller {
   /// Runs one round (see the file comment).
   Status run_round(bool want_shutdown, RoundResult* out);
 
-  /// Requests rank 0 has had from some ranks but not all for at least `older_than_s` seconds:
-  /// name -> ranks missing (rank 0 only).
-  std::map<std::string, std::vector<int>> stalled(double older_than_s) const;
+  /// Requests rank 0 has had from some ranks but not all for at least `older_than_s` seconds
+  /// by now(), in name order (rank 0 only).
+  std::vector<StalledTensor> stalled(double older_than_s) const;
+  /// The current time of the stall clock.
+  std::chrono::steady_clock::time_point now() const {
+    return clock_ ? clock_() : std::chrono::steady_clock::now();
+  }
   const ResponseCache& cache() const { return cache_; }
 
  private:
@@ -94,6 +110,7 @@ class Controller {
   TensorEntry* take_pending(uint32_t bit);
 
   Transport* transport_;
+  StallClock clock_;
   ResponseCache cache_;
   bool cache_enabled_;
   std::vector<TensorEntry*> uncached_;  // to send at the next full round

@@ -2,6 +2,7 @@
 // HVD_LOG(level) << ...: one line to stderr, prefixed with rank (and host), filtered by level.
 #pragma once
 
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -13,6 +14,10 @@ namespace hvd::core {
 void set_log_level(LogLevel level);
 LogLevel log_level();
 void set_log_prefix(const std::string& prefix);  ///< e.g. "[hvd rank 1 host a]"
+/// Test hook: every line written also goes to `sink` (level, message without prefix), called
+/// under the log's lock; null removes it.
+using LogSink = std::function<void(LogLevel level, const std::string& message)>;
+void set_log_sink(LogSink sink);
 
 class LogLine {
  public:

@@ -45,6 +45,9 @@ struct RuntimeParts {
   /// Kept alive as long as the runtime built from these parts (communicators, hubs); released
   /// before the transport and executors, whose destructors must not use it.
   std::shared_ptr<void> resources{};
+  /// Time source of stall detection (null: steady_clock); tests inject a fake one so that
+  /// they need not sleep HVD_STALL_CHECK_TIME_SECONDS.
+  StallClock clock{};
 };
 
 /// User threads call enqueue(); only the background thread talks to the transport and the
@@ -128,7 +131,14 @@ class Runtime {
   void drop_idle_slots();
   /// A handle failed at once with `why`, naming the op and tensor `fill` describes.
   static Handle refuse(const std::function<void(TensorEntry*)>& fill, const Status& why);
+  /// Rank 0: at most once per HVD_STALL_CHECK_TIME_SECONDS (by the stall clock), one warning
+  /// naming every tensor some ranks submitted that long ago and others still have not.
   void check_stalls();
+  /// How long an idle loop sleeps before taking part in a round anyway (zero: until work
+  /// comes). Collective rounds need every rank, so without these heartbeats one rank that
+  /// never submits would leave the others blocked in a round and rank 0 unable to see (and
+  /// report) the stall.
+  std::chrono::milliseconds idle_heartbeat() const;
   /// The table entry of an add/remove process-set collective (names numbered per runtime).
   TensorEntry set_op_entry(OpType op, const char* prefix);
   void execute(const Response& r);
@@ -178,7 +188,8 @@ class Runtime {
   std::thread thread_;
   bool loop_exited_ = false;
   std::condition_variable exit_cv_;
-  std::chrono::steady_clock::time_point last_stall_check_{};
+  // Stall clock times (rank 0, background thread): last look at the table, last warning.
+  std::chrono::steady_clock::time_point last_stall_check_{}, last_stall_warning_{};
   Stats stats_;
   // Outputs hvd allocates come from here, so repeated calls reuse mapped memory.
   std::shared_ptr<OutputPool> pool_ = OutputPool::create();
