@@ -18,12 +18,6 @@
 namespace hvd::py {
 namespace {
 
-/// The HorovodInternalError type (created once with the module, never released).
-pyb::handle& internal_error_type() {
-  static pyb::handle t;
-  return t;
-}
-
 void bind_lifecycle(pyb::module_& m) {
   m.def(
       "init",
@@ -107,11 +101,6 @@ void bind_process_sets(pyb::module_& m) {
 
 }  // namespace
 
-[[noreturn]] void raise_status(const Status& s) {
-  PyErr_SetString(internal_error_type().ptr(), s.message().c_str());
-  throw pyb::error_already_set();
-}
-
 }  // namespace hvd::py
 
 PYBIND11_MODULE(_core, m) {
@@ -121,7 +110,6 @@ PYBIND11_MODULE(_core, m) {
   // HorovodInternalError: the error every failed collective raises (a RuntimeError, as in
   // Horovod), carrying the core's message that names the tensor, the ranks and the values.
   static pyb::exception<hvd::Error> error(m, "HorovodInternalError", PyExc_RuntimeError);
-  internal_error_type() = error.ptr();
   // A collective called before init() (or after shutdown()): a HorovodInternalError, as
   // Horovod raises there, that is also a ValueError, as Horovod's rank()/size() raise.
   static pyb::handle not_initialized;

@@ -80,7 +80,7 @@ void PyHandle::wait() {
   finished = true;
   // A finished wait is a sync point: dropped handles submitted before it are likely done too.
   sweep_graveyard(false);
-  if (!s.ok()) raise_status(s);
+  throw_if_error(s);  // hvd::Error: the module's translator raises HorovodInternalError
 }
 
 void sweep_graveyard(bool all) {

@@ -51,9 +51,6 @@ void sweep_graveyard(bool all);
 /// Dropped handles still waiting for their collective (sweeps the finished ones first).
 size_t graveyard_size();
 
-/// Raises the Python exception for a failed status (GIL held).
-[[noreturn]] void raise_status(const Status& s);
-
 /// The output of a size-deciding collective as a DLPack capsule ("dltensor") that owns it (the
 /// handle's memory is shared, never copied). `dtype_code`/`bits`/`lanes` follow DLPack.
 pyb::capsule output_dlpack(PyHandle& h);

@@ -30,7 +30,7 @@ Runtime::Runtime(Config config, RuntimeParts parts)
 }
 
 Status Runtime::start_timeline(const std::string& path) {
-  if (rank_ != 0 || parts_.process_set != 0) return Status::OK();
+  if (!writes_timeline()) return Status::OK();
   auto t = std::make_shared<Timeline>(path);
   if (!t->ok()) return invalid_argument("cannot write the timeline to '" + path + "'");
   std::lock_guard<std::mutex> lk(timeline_mu_);
@@ -456,7 +456,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
     }
   }
   std::shared_ptr<Timeline> timeline;
-  {
+  if (writes_timeline()) {  // elsewhere there is never one: no lock per response
     std::lock_guard<std::mutex> lk(timeline_mu_);
     timeline = timeline_;
   }

@@ -7,7 +7,6 @@ horovod.common.process_sets (0.28).
 import atexit
 
 from hvd import _core
-from hvd.common.exceptions import HorovodInternalError
 
 # Reduction op constants (values are hvd's ReduceOp codes).
 Sum = 0
@@ -129,9 +128,7 @@ def init(comm=None, process_sets=None):
 
 
 def _check_comm(comm):
-    size = None
     if hasattr(comm, "Get_size"):
-        size = comm.Get_size()
         from mpi4py import MPI
         if MPI.Comm.Compare(comm, MPI.COMM_WORLD) not in (MPI.IDENT, MPI.CONGRUENT):
             raise NotImplementedError("hvd runs on MPI_COMM_WORLD; for a subset of ranks use "
@@ -139,8 +136,7 @@ def _check_comm(comm):
         return
     ranks = list(comm)
     from mpi4py import MPI
-    size = MPI.COMM_WORLD.Get_size()
-    if sorted(ranks) != list(range(size)):
+    if sorted(ranks) != list(range(MPI.COMM_WORLD.Get_size())):
         raise NotImplementedError("hvd runs on all ranks; for a subset use process sets")
 
 

@@ -19,6 +19,14 @@ def reduce_op(average, op, fn):
     return basics.check_op(op)
 
 
+def reducescatter_op(op):
+    """reducescatter's op: Sum or Average (None means Average)."""
+    op = basics.check_op(Average if op is None else op)
+    if op not in (Sum, Average):
+        raise ValueError("reducescatter supports op=Sum or Average")
+    return op
+
+
 class Finish:
     """Turns a finished handle into its result (held in the handle's ctx)."""
     __slots__ = ("fn",)

@@ -17,7 +17,6 @@ them on synchronize().
 import numpy as np
 
 from hvd import _core
-from hvd.common import basics
 from hvd.common.basics import (  # noqa: F401
     Adasum, Average, Max, Min, Product, ProcessSet, Sum, add_process_set, ccl_built, cross_rank,
     cross_size, cuda_built, ddl_built, get_process_set_ids_and_ranks, gloo_built, gloo_enabled,
@@ -25,7 +24,7 @@ from hvd.common.basics import (  # noqa: F401
     mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set, rocm_built,
     shutdown, size, start_timeline, stop_timeline, _set_id)
 from hvd.common.handles import (  # noqa: F401
-    Finish, barrier, join, poll, reduce_op, synchronize)
+    Finish, barrier, join, poll, reduce_op, reducescatter_op, synchronize)
 from hvd.common.exceptions import HorovodInternalError, HvdInternalError  # noqa: F401
 
 _CODES = {np.dtype(t): c for t, c in (
@@ -276,17 +275,10 @@ def alltoall(array, splits=None, name=None, process_set=global_process_set):
     return out if splits is None else (out, received)
 
 
-def _rs_op(op):
-    op = basics.check_op(Average if op is None else op)
-    if op not in (Sum, Average):
-        raise ValueError("reducescatter supports op=Sum or Average")
-    return op
-
-
 def reducescatter_async(array, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Asynchronous reducescatter along dim 0; this rank gets its slice."""
-    op = _rs_op(op)
+    op = reducescatter_op(op)
     src = _contiguous(array)
     return _sized(_core.reducescatter_async(src, _desc(src), name or "", op, prescale_factor,
                                             postscale_factor, _set_id(process_set)), src)
@@ -302,7 +294,7 @@ def reducescatter(array, name=None, op=Average, process_set=global_process_set,
 def grouped_reducescatter_async(arrays, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatters negotiated together; synchronize(handle) returns the list of slices."""
-    op = _rs_op(op)
+    op = reducescatter_op(op)
     srcs = [_contiguous(a) for a in arrays]
     hs = _core.grouped_reducescatter_async(tuple(srcs), [_desc(s) for s in srcs], name or "",
                                            op, prescale_factor, postscale_factor,

@@ -16,7 +16,7 @@ from hvd.common import basics
 from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, global_process_set,
                                _set_id)
 from hvd.common.handles import (  # noqa: F401
-    Finish, barrier, join, poll, reduce_op, synchronize)
+    Finish, barrier, join, poll, reduce_op, reducescatter_op, synchronize)
 from hvd.common.exceptions import HorovodInternalError
 from hvd.torch.compression import Compression
 
@@ -451,17 +451,10 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     return out, received
 
 
-def _rs_op(op):
-    op = basics.check_op(Average if op is None else op)
-    if op not in (Sum, Average):
-        raise ValueError("reducescatter supports op=Sum or Average")
-    return op
-
-
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Asynchronous reducescatter along dim 0; this rank gets its slice."""
-    op = _rs_op(op)
+    op = reducescatter_op(op)
     src = tensor.contiguous()
     return _sized(_core.reducescatter_async(src, _desc(src), name or "", op, prescale_factor,
                                             postscale_factor, _set_id(process_set)), src)
@@ -489,7 +482,7 @@ def _rs_grad_scale(op, process_set, pre, post):
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatter (differentiable); returns this rank's slice of the reduction."""
-    op = _rs_op(op)
+    op = reducescatter_op(op)
     wire, cctx = compression.compress(tensor)
     out = _Reducescatter.apply(wire, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(out, cctx)
@@ -497,7 +490,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    op = _rs_op(op)
+    op = reducescatter_op(op)
     srcs = [t.contiguous() for t in tensors]
     hs = _core.grouped_reducescatter_async(tuple(srcs), [_desc(t) for t in srcs], name or "",
                                            op, prescale_factor, postscale_factor,
@@ -524,7 +517,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     """Reducescatters negotiated together (differentiable); returns the list of slices."""
-    op = _rs_op(op)
+    op = reducescatter_op(op)
     if not tensors:
         return []
     pairs = [compression.compress(t) for t in tensors]

@@ -149,6 +149,8 @@ class Runtime {
   void run(const Response& r, const std::vector<TensorEntry*>& entries,
            const std::vector<TensorEntry*>& mine);
   Status execute_process_set_op(const Response& r, TensorEntry* e);
+  /// Rank 0 of the global set: the one runtime that writes a timeline.
+  bool writes_timeline() const { return rank_ == 0 && parts_.process_set == 0; }
   void shutdown_children();
 
   Config config_;
