@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "hvd/runner/cli.h"
@@ -17,6 +18,7 @@
 #include "hvd/runner/local_system.h"
 #include "hvd/runner/modes.h"
 #include "hvd/runner/preflight.h"
+#include "hvd/runner/slurm.h"
 #include "hvd/runner/supervisor.h"
 
 extern char** environ;
@@ -24,7 +26,8 @@ extern char** environ;
 namespace hvd::runner {
 namespace {
 
-std::vector<HostSlots> read_hosts(const Options& o) {
+// The hosts of -H or --hostfile; empty when neither was given.
+std::vector<HostSlots> read_requested_hosts(const Options& o) {
   if (!o.hostfile.empty()) {
     std::ifstream in(o.hostfile);
     if (!in) {
@@ -36,12 +39,42 @@ std::vector<HostSlots> read_hosts(const Options& o) {
     return parse_hostfile(text.str(), o.hostfile);
   }
   if (!o.hosts.empty()) return parse_host_list(o.hosts);
-  return {{"localhost", o.np}};
+  return {};
 }
 
 std::string getenv_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v ? v : fallback;
+}
+
+// The Slurm variables hvdrun reads, each with the older spelling as fallback.
+SlurmEnv read_slurm_env() {
+  return {getenv_or("SLURM_JOB_ID", getenv_or("SLURM_JOBID", "").c_str()),
+          getenv_or("SLURM_JOB_NODELIST", getenv_or("SLURM_NODELIST", "").c_str()),
+          getenv_or("SLURM_TASKS_PER_NODE", ""),
+          getenv_or("SLURM_NTASKS", getenv_or("SLURM_NPROCS", "").c_str())};
+}
+
+bool slurm_env_present() {
+  SlurmEnv e = read_slurm_env();
+  return !e.job_id.empty() && !e.nodelist.empty();
+}
+
+// The hosts (with slots) and rank count to launch: the Slurm allocation when there is one
+// (checked against -np/-H), else -np with -H/--hostfile or this machine.
+SlurmPlan plan_hosts(const Options& o, const std::optional<SlurmAllocation>& alloc,
+                     const std::string& own) {
+  auto requested = read_requested_hosts(o);
+  if (alloc) {
+    auto plan = plan_in_allocation(*alloc, o.np, requested, own);
+    if (o.verbose || o.dry_run) {
+      std::cerr << "hvdrun: inside Slurm " << describe_allocation(*alloc) << "\n";
+    }
+    return plan;
+  }
+  if (o.np == 0) throw UsageError("missing -np: give the number of ranks, e.g. -np 4");
+  if (requested.empty()) return {{{"localhost", o.np}}, o.np};
+  return {requested, o.np};
 }
 
 void print_plan(const std::vector<HostSlots>& used, bool all_local) {
@@ -54,8 +87,12 @@ void print_plan(const std::vector<HostSlots>& used, bool all_local) {
 }
 
 int launch(const Options& o) {
-  auto hosts = read_hosts(o);
-  auto used = assign_slots(hosts, o.np);
+  const std::string own = local_hostname();
+  std::optional<SlurmAllocation> alloc;
+  if (!o.no_slurm) alloc = slurm_allocation(read_slurm_env());
+  const SlurmPlan plan = plan_hosts(o, alloc, own);
+  const int np = plan.np;
+  auto used = assign_slots(plan.hosts, np);
   const std::string cwd = current_directory();
   const std::string path = getenv_or("PATH", "/usr/bin:/bin");
   if (find_program(o.command[0], cwd, path).empty()) {
@@ -66,10 +103,10 @@ int launch(const Options& o) {
                           : std::string("in PATH")) +
                      "; check the path, build it first, or give its full path");
   }
-  const std::string own = local_hostname();
+  const std::string own_short = own.substr(0, own.find('.'));
   std::vector<std::string> remote;
   for (const auto& h : used) {
-    if (!is_local_host(h.name, own)) remote.push_back(h.name);
+    if (!is_local_host(h.name, own) && h.name != own_short) remote.push_back(h.name);
   }
   const bool all_local = remote.empty();
   const std::string self = self_executable();
@@ -78,9 +115,10 @@ int launch(const Options& o) {
   for (char** e = environ; *e != nullptr; ++e) environ_entries.emplace_back(*e);
 
   LaunchSpec spec;
-  spec.np = o.np;
+  spec.np = np;
   spec.hosts = used;
   spec.all_local = all_local;
+  spec.in_slurm_allocation = alloc.has_value();
   spec.as_root = geteuid() == 0;
   spec.ssh_port = o.ssh_port;
   spec.ssh_identity = o.ssh_identity;
@@ -183,7 +221,7 @@ int launch(const Options& o) {
   spec.wrapper = {self, "--rank-wrapper", connect, token, grace, "--"};
   SuperviseConfig sc;
   sc.mpirun_argv = build_mpirun_command(spec);
-  sc.np = o.np;
+  sc.np = np;
   sc.grace_s = o.grace_period_s;
   sc.verbose = o.verbose;
   if (o.verbose) std::cerr << "hvdrun: " << shell_join(sc.mpirun_argv) << "\n";
@@ -195,7 +233,7 @@ int launch(const Options& o) {
 
 int run_launcher(const std::vector<std::string>& args) {
   try {
-    ParsedCommandLine p = parse_command_line(args);
+    ParsedCommandLine p = parse_command_line(args, slurm_env_present());
     if (p.help) {
       std::cout << p.help_text;
       return kExitOk;

@@ -16,6 +16,9 @@ constexpr const char* kFooter = R"(Examples:
   hvdrun -np 4 ./train                      4 ranks on this machine
   hvdrun -np 8 -H a:4,b:4 ./train --lr 0.1  4 ranks on host a, 4 on host b (slot-major order)
   hvdrun -np 8 --hostfile hosts.txt --dry-run ./train
+  salloc -N 2 -n 8 hvdrun ./train           in a Slurm allocation: its nodes and tasks
+Inside a Slurm allocation (salloc, sbatch: SLURM_JOB_NODELIST set) -np and -H may be left out:
+the allocation gives the hosts and slots; -np/-H may ask for part of it, never more.
 Before launching, every remote host is checked in parallel (DNS, ssh port, key login, host key,
 program/mpirun/orted present, which network reaches the master); one report lists all problems.
 Each output line is prefixed with its rank: [3]<stdout>: ...
@@ -64,6 +67,8 @@ void build_app(CLI::App& app, Options& o) {
   app.add_flag("--verbose", o.verbose, "Print the plan, preflight timings and mpirun command");
   app.add_flag("--dry-run", o.dry_run,
                "Print the plan and the exact launch command; start nothing");
+  app.add_flag("--no-slurm", o.no_slurm,
+               "Ignore a Slurm allocation: plan from -np/-H alone, as outside Slurm");
   app.add_flag("--check-build", o.check_build,
                "Print what this build has (MPI, NCCL, CUDA, libtorch, Python) and exit");
 }
@@ -75,13 +80,15 @@ bool valid_env_name(const std::string& name) {
   });
 }
 
-void validate(Options& o) {
+void validate(Options& o, bool np_optional) {
   const std::string help = " (see hvdrun --help)";
   if (o.check_build) return;
   if (o.command.empty()) {
     throw UsageError(std::string("no program given; usage: ") + kUsage);
   }
-  if (o.np == 0) throw UsageError("missing -np: give the number of ranks, e.g. -np 4");
+  if (o.np == 0 && !np_optional) {
+    throw UsageError("missing -np: give the number of ranks, e.g. -np 4");
+  }
   if (o.np < 0) throw UsageError("-np must be at least 1 (e.g. -np 4)");
   if (!o.hosts.empty() && !o.hostfile.empty()) {
     throw UsageError("-H and --hostfile both given; use one of them");
@@ -138,7 +145,7 @@ std::string help_text() {
   return app.help();
 }
 
-ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args, bool np_optional) {
   ParsedCommandLine out;
   Options& o = out.options;
   CLI::App app{std::string("hvdrun: launch an hvd job on one or more hosts through Open MPI\n"
@@ -171,7 +178,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
   // The program and its arguments, exactly as given.
   o.command.assign(args.end() - static_cast<long>(std::min(rest.size(), args.size())), args.end());
   if (!o.command.empty() && o.command.front() == "--") o.command.erase(o.command.begin());
-  validate(o);
+  validate(o, np_optional);
   return out;
 }
 

@@ -19,6 +19,7 @@ std::vector<std::string> build_mpirun_command(const LaunchSpec& s) {
   if (s.all_local) {
     c.push_back("--oversubscribe");
   } else {
+    if (s.in_slurm_allocation) c.insert(c.end(), {"--mca", "plm", "rsh"});
     c.insert(c.end(), {"--mca", "plm_rsh_agent", ssh_agent_command(s.ssh_port, s.ssh_identity)});
   }
   if (!s.mpi_interfaces.empty()) {

@@ -197,21 +197,22 @@ std::optional<SlurmAllocation> slurm_allocation(const SlurmEnv& env) {
 }
 
 std::string describe_allocation(const SlurmAllocation& a) {
-  return "job " + a.job_id + ": " + format_host_list(a.hosts) + " (" + std::to_string(a.ntasks) +
-         (a.ntasks == 1 ? " task)" : " tasks)");
+  return "job " + a.job_id + ", " + std::to_string(a.ntasks) +
+         (a.ntasks == 1 ? " task" : " tasks") + " on " + format_host_list(a.hosts);
 }
 
 SlurmPlan plan_in_allocation(const SlurmAllocation& alloc, int np,
                              const std::vector<HostSlots>& requested,
                              std::string_view own_hostname) {
-  const std::string has = "the Slurm allocation has " + describe_allocation(alloc);
+  const std::string where = "the Slurm allocation (" + describe_allocation(alloc) + ")";
+  const auto too_many = [&](int asked, const std::string& fix) {
+    return UsageError("-np " + std::to_string(asked) + " asks for more ranks than " + where +
+                      " has; give -np " + std::to_string(alloc.ntasks) + " or less" + fix);
+  };
   SlurmPlan plan;
   if (requested.empty()) {
     if (np > alloc.ntasks) {
-      throw UsageError("-np " + std::to_string(np) + " asks for more ranks than " + has +
-                       "; give -np " + std::to_string(alloc.ntasks) +
-                       " or less, or allocate more tasks (salloc/sbatch -n " + std::to_string(np) +
-                       ")");
+      throw too_many(np, ", or allocate more tasks (salloc/sbatch -n " + std::to_string(np) + ")");
     }
     plan.hosts = alloc.hosts;
     plan.np = np > 0 ? np : alloc.ntasks;
@@ -229,22 +230,18 @@ SlurmPlan plan_in_allocation(const SlurmAllocation& alloc, int np,
       }
     }
     if (node == nullptr) {
-      throw UsageError("host '" + r.name + "' (from -H/--hostfile) is not in " + has +
+      throw UsageError("host '" + r.name + "' (from -H/--hostfile) is not in " + where +
                        "; use allocated nodes only, or leave out -H to use the whole allocation");
     }
     if (r.slots > node->slots) {
       throw UsageError("host '" + r.name + "' asks for " + std::to_string(r.slots) + " slots but " +
-                       has + " with " + std::to_string(node->slots) + " on " + node->name +
+                       where + " has " + std::to_string(node->slots) + " on " + node->name +
                        "; lower its slots or allocate more tasks per node");
     }
   }
   plan.hosts = requested;
   plan.np = np > 0 ? np : total_slots(requested);
-  if (plan.np > alloc.ntasks) {
-    throw UsageError("-np " + std::to_string(plan.np) + " asks for more ranks than " + has +
-                     "; give -np " + std::to_string(alloc.ntasks) +
-                     " or less, or allocate more tasks");
-  }
+  if (plan.np > alloc.ntasks) throw too_many(plan.np, ", or allocate more tasks");
   return plan;
 }
 

@@ -2,10 +2,13 @@
 // [unit] Slurm's node lists and tasks-per-node, and -np/-H checked against an allocation.
 #include "hvd/runner/slurm.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <functional>
 
+#include "hvd/runner/cli.h"
 #include "hvd/runner/errors.h"
+#include "hvd/runner/launch_command.h"
 
 using namespace hvd::runner;
 using Catch::Matchers::Contains;
@@ -81,7 +84,7 @@ TEST_CASE("an allocation pairs nodes with their tasks; outside one there is none
   CHECK(a.ntasks == 7);
   CHECK(alloc_of("n[1-2]", "3(x2)").ntasks == 6);
   CHECK(alloc_of("n[1-2]", "3(x2)", "5").ntasks == 5);
-  CHECK(describe_allocation(a) == "job 42: node01:2,node02:2,node03:2,gpu1:1 (7 tasks)");
+  CHECK(describe_allocation(a) == "job 42, 7 tasks on node01:2,node02:2,node03:2,gpu1:1");
   CHECK_THAT(usage_error([] {
                slurm_allocation({"42", "n[1-3]", "2(x2)", ""});
              }),
@@ -105,8 +108,8 @@ TEST_CASE("-np inside an allocation: fewer is fine, more names both numbers", "[
   CHECK(p.np == 3);
   CHECK(assign_slots(p.hosts, p.np) == Slots{{"node01", 2}, {"node02", 1}});
   CHECK(usage_error([&] { plan_in_allocation(a, 5, {}, "node01"); }) ==
-        "-np 5 asks for more ranks than the Slurm allocation has job 42: node01:2,node02:2 "
-        "(4 tasks); give -np 4 or less, or allocate more tasks (salloc/sbatch -n 5)");
+        "-np 5 asks for more ranks than the Slurm allocation (job 42, 4 tasks on "
+        "node01:2,node02:2) has; give -np 4 or less, or allocate more tasks (salloc/sbatch -n 5)");
 }
 
 TEST_CASE("-H inside an allocation: allocated nodes only, within their tasks", "[unit]") {
@@ -125,7 +128,8 @@ TEST_CASE("-H inside an allocation: allocated nodes only, within their tasks", "
   CHECK_THAT(usage_error([&] {
                plan_in_allocation(a, 0, {{"node01", 3}}, "node01");
              }),
-             Contains("host 'node01' asks for 3 slots") && Contains("with 2 on node01"));
+             Contains("host 'node01' asks for 3 slots") &&
+                 Contains("but the Slurm allocation (job 42") && Contains("has 2 on node01"));
   CHECK_THAT(usage_error([&] {
                plan_in_allocation(a, 0, {{"localhost", 1}}, "login");
              }),
@@ -134,5 +138,33 @@ TEST_CASE("-H inside an allocation: allocated nodes only, within their tasks", "
   CHECK_THAT(usage_error([&] {
                plan_in_allocation(small, 0, {{"node01", 2}, {"node02", 2}}, "");
              }),
-             Contains("-np 4 asks for more ranks than") && Contains("(3 tasks)"));
+             Contains("-np 4 asks for more ranks than") && Contains("(job 42, 3 tasks on"));
+}
+
+TEST_CASE("inside an allocation -np may be left out; outside it may not", "[unit]") {
+  CHECK(parse_command_line({"./train"}, true).options.np == 0);
+  CHECK(parse_command_line({"--no-slurm", "-np", "2", "./train"}, true).options.no_slurm);
+  CHECK_THAT(usage_error([] { parse_command_line({"./train"}); }), Contains("missing -np"));
+}
+
+TEST_CASE("remote hosts of an allocation stay on the ssh launcher the preflight checked",
+          "[unit]") {
+  LaunchSpec s;
+  s.np = 2;
+  s.hosts = {{"node01", 1}, {"node02", 1}};
+  s.all_local = false;
+  s.in_slurm_allocation = true;
+  s.command = {"./train"};
+  auto c = build_mpirun_command(s);
+  auto plm = std::find(c.begin(), c.end(), "plm");
+  REQUIRE(plm != c.end());
+  CHECK(*(plm - 1) == "--mca");
+  CHECK(*(plm + 1) == "rsh");
+  s.all_local = true;
+  c = build_mpirun_command(s);
+  CHECK(std::find(c.begin(), c.end(), "plm") == c.end());
+  s.all_local = false;
+  s.in_slurm_allocation = false;
+  c = build_mpirun_command(s);
+  CHECK(std::find(c.begin(), c.end(), "plm") == c.end());
 }

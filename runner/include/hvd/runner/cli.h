@@ -28,6 +28,7 @@ struct Options {
   bool verbose = false;
   bool dry_run = false;
   bool check_build = false;
+  bool no_slurm = false;  // --no-slurm: ignore a Slurm allocation (SLURM_JOB_NODELIST ...)
   std::vector<std::string> command;  // program and its arguments
 };
 
@@ -40,8 +41,11 @@ struct ParsedCommandLine {
 
 // Parses argv[1..] (without the program name). `-np` is accepted as the traditional spelling
 // of `--np`. Options end at the first positional (the program); everything after it belongs to
-// the program. Throws UsageError (one line: problem and fix) on any bad input.
-ParsedCommandLine parse_command_line(const std::vector<std::string>& args);
+// the program. Throws UsageError (one line: problem and fix) on any bad input. With
+// np_optional (inside a Slurm allocation, where the allocation gives the rank count) a missing
+// -np is not an error and leaves np = 0.
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
+                                     bool np_optional = false);
 
 // The full --help text.
 std::string help_text();

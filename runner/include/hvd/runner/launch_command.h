@@ -17,7 +17,10 @@ struct LaunchSpec {
   std::vector<HostSlots> hosts;  // hosts that get ranks, with the slots they use
   bool all_local = true;         // every host is this machine: no ssh agent, --oversubscribe
   bool as_root = false;          // adds --allow-run-as-root
-  int ssh_port = 0;              // 0 = ssh's default
+  // Inside a Slurm allocation Open MPI would start its remote daemons through srun; with remote
+  // hosts `--mca plm rsh` keeps it on the ssh launcher that hvdrun's preflight checked.
+  bool in_slurm_allocation = false;
+  int ssh_port = 0;  // 0 = ssh's default
   std::string ssh_identity;
   std::vector<std::string> mpi_interfaces;  // oob/btl *_if_include (names or CIDRs)
   std::vector<EnvVar> env;                  // -x entries
