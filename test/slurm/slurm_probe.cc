@@ -3,9 +3,12 @@
 // line per rank with what hvd reports and what the launcher says, and checks a Sum allreduce.
 //
 //   SLURM_PROBE rank=R size=S local_rank=L local_size=LS cross_rank=C cross_size=CS
-//               slurm_procid=P slurm_localid=Q allreduce=ok
-// (slurm_* are SLURM_PROCID/SLURM_LOCALID, "-" when unset). Exits 1 when the allreduce is wrong;
-// `slurm_probe fail-rank K` makes rank K exit 3 after the allreduce (exit-code propagation).
+//               slurm_procid=P slurm_localid=Q host=H allreduce=ok
+// (slurm_* are SLURM_PROCID/SLURM_LOCALID, "-" when unset; H is gethostname()). Exits 1 when the
+// allreduce is wrong; `slurm_probe fail-rank K` makes rank K exit 3 after the allreduce (exit-code
+// propagation).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,11 +36,13 @@ int main(int argc, char** argv) {
   const float want = static_cast<float>(size * (size + 1) / 2);
   bool ok = true;
   for (float x : v) ok = ok && x == want;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
   std::printf(
       "SLURM_PROBE rank=%d size=%d local_rank=%d local_size=%d cross_rank=%d cross_size=%d "
-      "slurm_procid=%s slurm_localid=%s allreduce=%s\n",
+      "slurm_procid=%s slurm_localid=%s host=%s allreduce=%s\n",
       rank, size, hvd::local_rank(), hvd::local_size(), hvd::cross_rank(), hvd::cross_size(),
-      env_or_dash("SLURM_PROCID"), env_or_dash("SLURM_LOCALID"), ok ? "ok" : "WRONG");
+      env_or_dash("SLURM_PROCID"), env_or_dash("SLURM_LOCALID"), host, ok ? "ok" : "WRONG");
   std::fflush(stdout);
   hvd::shutdown();
   if (!ok) return 1;

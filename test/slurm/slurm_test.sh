@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# [slurm] tier: a one-node Slurm cluster started in a temp dir (its own munged, slurmctld and
-# slurmd on free ports; proctrack/linuxproc, task/none, no cgroups; 8 CPUs configured so that
-# jobs oversubscribe small machines) runs hvd jobs
-#   - directly through `srun --mpi=pmix -n N` (no hvdrun, no mpirun), checking rank, size,
-#     local and cross rank/size against Slurm's own SLURM_PROCID/SLURM_LOCALID, an allreduce,
-#     and exit-code propagation;
-#   - through `salloc -n 2 hvdrun ...` with no -np/-H, and `sbatch` + hvdrun;
-#   - hvdrun's check of -np/-H against the allocation (error, exit 2);
+# [slurm] tier: a Slurm cluster started in a temp dir (its own munged, slurmctld and slurmd on
+# free ports; proctrack/linuxproc, task/none, no cgroups) runs hvd jobs. Two shapes:
+#   one node (default): this machine, 8 CPUs configured so that jobs oversubscribe it;
+#   --two-hosts: two fake hosts of test/hosts/testhosts.sh (network namespaces with their own
+#     hostname and sshd), each with its own slurmd, 2 CPUs each; slurmctld on the master.
+# Checked:
+#   - `srun --mpi=pmix` (no hvdrun, no mpirun): rank, size, local and cross rank/size against
+#     Slurm's own SLURM_PROCID/SLURM_LOCALID and the node layout, an allreduce, exit codes;
+#   - `salloc ... hvdrun PROBE` with no -np/-H, and `sbatch` + hvdrun (one node);
+#   - hvdrun's check of -np/-H against the allocation (error, exit 2; one node);
 #   - autoencoder_shared (when built with libtorch) through srun and through salloc + hvdrun:
-#     both train 2 epochs on 2 ranks with identical losses.
-# Every daemon and job is torn down on exit. Where the daemons cannot start it exits 77 naming
-# why. Usage (as root): slurm_test.sh HVDRUN PROBE [AUTOENCODER_SHARED]
+#     2 epochs on 2 ranks, identical losses.
+# Every daemon and job (and the fake hosts) is torn down on exit. Where the daemons cannot
+# start it exits 77 naming why.
+# Usage (as root): slurm_test.sh [--two-hosts] HVDRUN PROBE [AUTOENCODER_SHARED]
 set -euo pipefail
 
-HVDRUN=${1:?usage: slurm_test.sh HVDRUN PROBE [AUTOENCODER_SHARED]}
-PROBE=${2:?usage: slurm_test.sh HVDRUN PROBE [AUTOENCODER_SHARED]}
+TWO_HOSTS=0
+if [[ ${1:-} == --two-hosts ]]; then
+  TWO_HOSTS=1
+  shift
+fi
+HVDRUN=${1:?usage: slurm_test.sh [--two-hosts] HVDRUN PROBE [AUTOENCODER_SHARED]}
+PROBE=${2:?usage: slurm_test.sh [--two-hosts] HVDRUN PROBE [AUTOENCODER_SHARED]}
 AUTOENC=${3:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -36,8 +44,15 @@ done
 for f in "$HVDRUN" "$PROBE" ${AUTOENC:+"$AUTOENC"}; do
   [[ -x "$f" ]] || fail "$f is not built (cmake --build <build> first)"
 done
+RIG="$(cd "$(dirname "$0")/../hosts" && pwd)/testhosts.sh"
+# Each fake host gets its own /tmp (Slurm's PMIx plugin keeps per-step files in /tmp named by
+# job and step only: two nodes sharing one /tmp collide), so the test's files live in /var/tmp.
+export HVD_TESTHOSTS_PREFIX=hvdsl HVD_TESTHOSTS_SUBNET=10.201.9 HVD_TESTHOSTS_PRIVATE_TMP=1
+if [[ $TWO_HOSTS == 1 ]]; then
+  why=$("$RIG" check) || skip "${why#testhosts: SKIP: }"
+fi
 
-WORK=$(mktemp -d /tmp/hvd-slurm.XXXXXX)
+WORK=$(mktemp -d /var/tmp/hvd-slurm.XXXXXX)
 chmod 755 "$WORK"
 PIDS=()
 # Processes started by our slurmd (slurmstepd, the job's ranks) carry SLURM_CONF pointing into
@@ -45,7 +60,7 @@ PIDS=()
 ours() {
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$WORK/slurm.conf" &&
+    tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "SLURM_CONF=$WORK/slurm.conf" &&
       echo "${p#/proc/}"
   done
   return 0
@@ -60,6 +75,7 @@ teardown() {
   for p in $(ours); do kill -9 "$p" 2>/dev/null; done
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
   wait 2>/dev/null
+  [[ $TWO_HOSTS == 1 ]] && "$RIG" down >/dev/null 2>&1
   if [[ $rc -ne 0 && $rc -ne 77 ]]; then
     for f in "$WORK"/log/*; do
       echo "---- $(basename "$f") (last 15 lines)" >&2
@@ -88,14 +104,27 @@ CTLD_PORT=$(free_port)
 SLURMD_PORT=$(free_port)
 [[ $CTLD_PORT != "$SLURMD_PORT" ]] || SLURMD_PORT=$((CTLD_PORT + 1))
 
-NODE=$(hostname -s)
+MASTER=$(hostname -s)
+if [[ $TWO_HOSTS == 1 ]]; then
+  t=$SECONDS
+  "$RIG" up 2 >"$WORK/rig.log" 2>&1 || skip "testhosts.sh up 2 failed: $(tail -2 "$WORK/rig.log")"
+  echo "slurm: fake hosts ${HVD_TESTHOSTS_PREFIX}1, ${HVD_TESTHOSTS_PREFIX}2 up in $((SECONDS - t)) s"
+  NODES=("${HVD_TESTHOSTS_PREFIX}1" "${HVD_TESTHOSTS_PREFIX}2")
+  CTLD_ADDR=$HVD_TESTHOSTS_SUBNET.1
+  NODE_LINES="NodeName=${NODES[0]} NodeAddr=$HVD_TESTHOSTS_SUBNET.11 CPUs=2 State=UNKNOWN
+NodeName=${NODES[1]} NodeAddr=$HVD_TESTHOSTS_SUBNET.12 CPUs=2 State=UNKNOWN"
+else
+  NODES=("$MASTER")
+  CTLD_ADDR=127.0.0.1
+  NODE_LINES="NodeName=$MASTER NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN"
+fi
 mkdir -p "$WORK"/{state,spool,log,munge}
 chmod 755 "$WORK/munge"
 head -c 1024 /dev/urandom >"$WORK/munge/munge.key"
 chmod 400 "$WORK/munge/munge.key"
 cat >"$WORK/slurm.conf" <<EOF
 ClusterName=hvdtest
-SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldHost=$MASTER($CTLD_ADDR)
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 SlurmUser=root
@@ -104,9 +133,9 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$WORK/munge/sock
 StateSaveLocation=$WORK/state
-SlurmdSpoolDir=$WORK/spool
+SlurmdSpoolDir=$WORK/spool/%n
 SlurmctldPidFile=$WORK/slurmctld.pid
-SlurmdPidFile=$WORK/slurmd.pid
+SlurmdPidFile=$WORK/slurmd.%n.pid
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -118,8 +147,15 @@ MailProg=/bin/true
 ReturnToService=2
 KillWait=5
 SlurmdParameters=config_overrides
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+$NODE_LINES
 PartitionName=hvd Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+# Slurm 22.05's slurmd loads a cgroup plugin whatever the proctrack/task plugins are. Under
+# cgroup v2 it would ask systemd (over D-Bus) for a scope; the test's daemons are not systemd
+# services, so it makes its cgroup directories itself.
+cat >"$WORK/cgroup.conf" <<EOF
+CgroupPlugin=autodetect
+IgnoreSystemd=yes
 EOF
 export SLURM_CONF=$WORK/slurm.conf
 
@@ -134,34 +170,54 @@ munge -S "$WORK/munge/sock" -n </dev/null >/dev/null 2>&1 ||
 
 slurmctld -D -i -L "$WORK/log/slurmctld.log" >"$WORK/log/slurmctld.out" 2>&1 &
 PIDS+=($!)
-slurmd -D -N "$NODE" -L "$WORK/log/slurmd.log" >"$WORK/log/slurmd.out" 2>&1 &
-PIDS+=($!)
+for n in "${NODES[@]}"; do
+  mkdir -p "$WORK/spool/$n"
+  if [[ $TWO_HOSTS == 1 ]]; then
+    # A fake host's /sys is its own sysfs, with nothing on /sys/fs/cgroup; slurmd's cgroup
+    # plugin wants the file systems there even with proctrack/linuxproc and task/none: this
+    # machine's cgroup mounts are repeated in that host's own mount namespace.
+    awk '$2 ~ "^/sys/fs/cgroup" {print $3, $2, $4}' /proc/self/mounts >"$WORK/cgroup-mounts"
+    # shellcheck disable=SC2016 # expanded by the inner sh
+    "$RIG" exec "$n" sh -c 'while read -r type dir opts; do
+        mountpoint -q "$dir" || { mkdir -p "$dir" && mount -t "$type" -o "$opts" "$type" "$dir"; }
+      done <"$0"; exec slurmd "$@"' "$WORK/cgroup-mounts" -D -N "$n" \
+      -L "$WORK/log/slurmd.$n.log" >"$WORK/log/slurmd.$n.out" 2>&1 &
+  else
+    slurmd -D -N "$n" -L "$WORK/log/slurmd.$n.log" >"$WORK/log/slurmd.$n.out" 2>&1 &
+  fi
+  PIDS+=($!)
+done
 state=""
 for _ in $(seq 100); do
-  state=$(sinfo -h -n "$NODE" -o %T 2>/dev/null || true)
-  [[ $state == idle ]] && break
+  state=$(sinfo -h -o %T 2>/dev/null | sort -u | tr '\n' ' ' || true)
+  [[ $state == "idle " ]] && break
   sleep 0.2
 done
-if [[ $state != idle ]]; then
+if [[ $state != "idle " ]]; then
   why=$(cat "$WORK"/log/slurm*.out "$WORK"/log/slurm*.log 2>/dev/null | grep -iE 'error|fatal' |
     tail -3 | tr '\n' ' ')
-  skip "the one-node Slurm cluster did not come up (node state '${state:-none}'): ${why:-no error logged}"
+  skip "the Slurm cluster did not come up (node states '${state:-none}'): ${why:-no error logged}"
 fi
-echo "slurm: one-node cluster '$NODE' up in $((SECONDS - started)) s (ports $CTLD_PORT/$SLURMD_PORT)"
+echo "slurm: cluster of ${NODES[*]} up in $((SECONDS - started)) s (ports $CTLD_PORT/$SLURMD_PORT)"
 
-# check_probe OUTPUT N LAUNCHER: N probe lines, ranks 0..N-1, hvd's view equal to the launch.
+# check_probe OUTPUT N PER_NODE LAUNCHER: N probe lines, ranks 0..N-1 placed PER_NODE to a node
+# in order (Slurm's block distribution, hvdrun's slot-major order); hvd's view equal to that.
 check_probe() {
-  local out=$1 n=$2 how=$3 lines r
+  local out=$1 n=$2 per=$3 how=$4 lines r
   lines=$(grep -c '^\(\[[0-9]*\]<stdout>: \)\?SLURM_PROBE ' <<<"$out" || true)
   [[ $lines -eq $n ]] || fail "$how: $lines probe lines, want $n. Output: $out"
   for ((r = 0; r < n; r++)); do
     local line
     line=$(grep "SLURM_PROBE rank=$r " <<<"$out") || fail "$how: no line from rank $r. Output: $out"
-    local want="rank=$r size=$n local_rank=$r local_size=$n cross_rank=0 cross_size=1"
+    local want="rank=$r size=$n local_rank=$((r % per)) local_size=$per"
+    want+=" cross_rank=$((r / per)) cross_size=$((n / per))"
     [[ $line == *"$want "* ]] || fail "$how: rank $r says '${line#*SLURM_PROBE }', want '$want'"
     [[ $line == *"allreduce=ok"* ]] || fail "$how: rank $r allreduce wrong: $line"
+    if [[ $TWO_HOSTS == 1 ]]; then
+      [[ $line == *" host=${NODES[r / per]} "* ]] || fail "$how: rank $r not on ${NODES[r / per]}: $line"
+    fi
     if [[ $how == srun* ]]; then
-      [[ $line == *"slurm_procid=$r slurm_localid=$r "* ]] ||
+      [[ $line == *"slurm_procid=$r slurm_localid=$((r % per)) "* ]] ||
         fail "$how: rank $r disagrees with Slurm's SLURM_PROCID/SLURM_LOCALID: $line"
     fi
   done
@@ -176,38 +232,52 @@ run() {
   [[ $rc -eq $want ]] || fail "$label: exit code $rc, want $want. Output: $OUT"
 }
 
-run 0 "srun --mpi=pmix -n 2" srun --mpi=pmix -n 2 "$PROBE"
-check_probe "$OUT" 2 "srun --mpi=pmix -n 2"
-run 0 "srun --mpi=pmix -n 4" srun --mpi=pmix -n 4 "$PROBE"
-check_probe "$OUT" 4 "srun --mpi=pmix -n 4"
-run 3 "srun, rank 1 exits 3" srun --mpi=pmix -n 2 "$PROBE" fail-rank 1
+# The job shapes: one node: N ranks there; two hosts: -N 2 with N/2 ranks on each.
+if [[ $TWO_HOSTS == 1 ]]; then
+  SHAPE=(-N 2)
+  PER_NODE_DIV=2
+else
+  SHAPE=()
+  PER_NODE_DIV=1
+fi
+S="${SHAPE[*]}"
+S=${S:+$S }  # for messages
+
+for n in 2 4; do
+  run 0 "srun --mpi=pmix ${S}-n $n" srun --mpi=pmix "${SHAPE[@]}" -n "$n" "$PROBE"
+  check_probe "$OUT" "$n" $((n / PER_NODE_DIV)) "srun --mpi=pmix ${S}-n $n"
+done
+run 3 "srun, rank 1 exits 3" srun --mpi=pmix "${SHAPE[@]}" -n 2 "$PROBE" fail-rank 1
 grep -q "task 1: Exited with exit code 3" <<<"$OUT" ||
   fail "srun did not report rank 1's exit code 3: $OUT"
 echo "ok: srun: rank 1's exit code 3 is reported and is srun's"
 
-run 0 "salloc -n 2 hvdrun" salloc -n 2 "$HVDRUN" "$PROBE"
-check_probe "$OUT" 2 "salloc -n 2 hvdrun (no -np/-H)"
-run 3 "salloc -n 2 hvdrun, rank 0 exits 3" salloc -n 2 "$HVDRUN" "$PROBE" fail-rank 0
+run 0 "salloc ${S}-n 4 hvdrun" salloc "${SHAPE[@]}" -n 4 "$HVDRUN" "$PROBE"
+check_probe "$OUT" 4 $((4 / PER_NODE_DIV)) "salloc ${S}-n 4 hvdrun (no -np/-H)"
+run 3 "salloc -n 2 hvdrun, rank 0 exits 3" salloc "${SHAPE[@]}" -n 2 "$HVDRUN" "$PROBE" fail-rank 0
 echo "ok: salloc + hvdrun: rank 0's exit code 3 is hvdrun's"
-run 2 "salloc -n 2 hvdrun -np 3" salloc -n 2 "$HVDRUN" -np 3 "$PROBE"
-grep -q "hvdrun: error: -np 3 asks for more ranks than the Slurm allocation (job [0-9]*, 2 tasks on $NODE:2) has" <<<"$OUT" ||
-  fail "hvdrun -np 3 in a 2-task allocation: wrong message: $OUT"
-run 2 "salloc -n 2 hvdrun -H $NODE:3" salloc -n 2 "$HVDRUN" -H "$NODE:3" "$PROBE"
-grep -q "host '$NODE' asks for 3 slots but the Slurm allocation" <<<"$OUT" ||
-  fail "hvdrun -H $NODE:3 in a 2-task allocation: wrong message: $OUT"
-echo "ok: hvdrun -np 3 / -H $NODE:3 in a 2-task allocation: exit 2, naming what was asked and had"
 
-cat >"$WORK/job.sh" <<EOF
+if [[ $TWO_HOSTS == 0 ]]; then
+  run 2 "salloc -n 2 hvdrun -np 3" salloc -n 2 "$HVDRUN" -np 3 "$PROBE"
+  grep -q "hvdrun: error: -np 3 asks for more ranks than the Slurm allocation (job [0-9]*, 2 tasks on $MASTER:2) has" <<<"$OUT" ||
+    fail "hvdrun -np 3 in a 2-task allocation: wrong message: $OUT"
+  run 2 "salloc -n 2 hvdrun -H $MASTER:3" salloc -n 2 "$HVDRUN" -H "$MASTER:3" "$PROBE"
+  grep -q "host '$MASTER' asks for 3 slots but the Slurm allocation" <<<"$OUT" ||
+    fail "hvdrun -H $MASTER:3 in a 2-task allocation: wrong message: $OUT"
+  echo "ok: hvdrun -np 3 / -H $MASTER:3 in a 2-task allocation: exit 2, naming what was asked and had"
+
+  cat >"$WORK/job.sh" <<EOF
 #!/bin/bash
 exec "$HVDRUN" "$PROBE"
 EOF
-run 0 "sbatch -n 3 hvdrun" sbatch --wait -n 3 -o "$WORK/job.out" "$WORK/job.sh"
-check_probe "$(cat "$WORK/job.out")" 3 "sbatch -n 3 + hvdrun"
+  run 0 "sbatch -n 3 hvdrun" sbatch --wait -n 3 -o "$WORK/job.out" "$WORK/job.sh"
+  check_probe "$(cat "$WORK/job.out")" 3 3 "sbatch -n 3 + hvdrun"
+fi
 
 if [[ -n $AUTOENC ]]; then
-  run 0 "autoencoder_shared via srun" srun --mpi=pmix -n 2 "$AUTOENC" 2
+  run 0 "autoencoder_shared via srun" srun --mpi=pmix "${SHAPE[@]}" -n 2 "$AUTOENC" 2
   srun_losses=$(grep -o 'epoch [0-9].*' <<<"$OUT" || true)
-  run 0 "autoencoder_shared via salloc + hvdrun" salloc -n 2 "$HVDRUN" "$AUTOENC" 2
+  run 0 "autoencoder_shared via salloc + hvdrun" salloc "${SHAPE[@]}" -n 2 "$HVDRUN" "$AUTOENC" 2
   hvdrun_losses=$(grep -o 'epoch [0-9].*' <<<"$OUT" || true)
   [[ $(grep -c '(2 ranks)' <<<"$srun_losses") -eq 2 ]] ||
     fail "autoencoder_shared via srun: want 2 epochs on 2 ranks, got: $srun_losses"
