@@ -8,6 +8,8 @@ target_sources(hvd_ops PRIVATE
   ${_nccl_dir}/check.cc ${_nccl_dir}/device_state.cc ${_nccl_dir}/nccl_executor.cc
   ${_nccl_dir}/nccl_collectives.cc ${_nccl_dir}/nccl_hierarchical.cc
   ${_nccl_dir}/device_nccl.cc ${_nccl_dir}/kernels.cu)
-target_include_directories(hvd_ops PUBLIC ${HVD_NCCL_INCLUDE})
-target_link_libraries(hvd_ops PUBLIC CUDA::cudart ${HVD_NCCL_LIB})
+# Installed, NCCL is the imported target hvd::nccl that hvdConfig.cmake finds again.
+target_include_directories(hvd_ops PUBLIC $<BUILD_INTERFACE:${HVD_NCCL_INCLUDE}>)
+target_link_libraries(hvd_ops PUBLIC CUDA::cudart $<BUILD_INTERFACE:${HVD_NCCL_LIB}>
+                                     $<INSTALL_INTERFACE:hvd::nccl>)
 set_target_properties(hvd_ops PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)

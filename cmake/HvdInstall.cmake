@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: Apache-2.0
+# `cmake --install`: the static libraries, public headers and the CMake package (hvd::hvd, and
+# hvd::torch with libtorch) under <prefix>; hvdrun and the Python package install from their own
+# directories. `cpack -G DEB` (in the build directory) packs the same tree into a .deb.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(_hvd_export_targets hvd_core hvd_ops hvd)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/core/include/ ${PROJECT_SOURCE_DIR}/ops/include/
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_BINARY_DIR}/core/generated/hvd/config.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/hvd)
+if(HVD_HAVE_TORCH)
+  list(APPEND _hvd_export_targets hvd_optimizer hvd_torch)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/optimizer/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+endif()
+install(TARGETS ${_hvd_export_targets} EXPORT hvdTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+
+set(HVD_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/hvd)
+install(EXPORT hvdTargets NAMESPACE hvd:: DESTINATION ${HVD_CMAKE_DIR})
+# Where this build found CUDA and NCCL: hints for the consumer's search (its own CUDA_HOME and
+# NCCL_HOME come first).
+set(HVD_CUDA_ROOT_HINT "${CUDAToolkit_ROOT}")
+set(HVD_NCCL_LIB_DIR_HINT "")
+set(HVD_NCCL_INCLUDE_HINT "${HVD_NCCL_INCLUDE}")
+if(HVD_NCCL_LIB)
+  get_filename_component(HVD_NCCL_LIB_DIR_HINT "${HVD_NCCL_LIB}" DIRECTORY)
+endif()
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/hvdConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/cmake/hvdConfig.cmake
+  INSTALL_DESTINATION ${HVD_CMAKE_DIR}
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/cmake/hvdConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/cmake/hvdConfig.cmake
+              ${PROJECT_BINARY_DIR}/cmake/hvdConfigVersion.cmake
+        DESTINATION ${HVD_CMAKE_DIR})
+
+# --- the Debian package: `cpack -G DEB` in the build directory -> hvd_<version>_<arch>.deb.
+# Run-time library dependencies come from dpkg-shlibdeps; what a consumer needs to compile and
+# link against the static libraries (MPI, libtorch) and to launch (ssh, mpirun) is declared here.
+set(CPACK_PACKAGE_NAME hvd)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_CONTACT "hvd developers <hvd-dev@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+    "Distributed deep-learning training (Horovod-style): C++ and Python API, hvdrun launcher")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION devel)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# Debug info stays in the build tree (a RelWithDebInfo package would be ~4x larger).
+set(CPACK_STRIP_FILES TRUE)
+set(_hvd_deb_depends "libopenmpi-dev" "openmpi-bin" "openssh-client")
+if(HVD_HAVE_TORCH)
+  list(APPEND _hvd_deb_depends "libtorch-dev")
+endif()
+if(HVD_HAVE_PYTHON)
+  # The extension is built for one interpreter ABI (python3.X); numpy backs hvd.numpy.
+  math(EXPR _hvd_py_next "${Python3_VERSION_MINOR} + 1")
+  list(APPEND _hvd_deb_depends
+    "python3 (>= ${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR})"
+    "python3 (<< ${Python3_VERSION_MAJOR}.${_hvd_py_next})" "python3-numpy")
+  set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3-torch")
+endif()
+if(HVD_HAVE_NCCL)
+  # CUDA and NCCL come from NVIDIA (its apt repository or a runfile): declare the packages that
+  # own them on this machine, if dpkg knows them; HVD_DEB_EXTRA_DEPENDS adds others.
+  foreach(_f "${HVD_NCCL_LIB}" "${CUDAToolkit_LIBRARY_DIR}/libcudart.so")
+    execute_process(COMMAND dpkg-query -S "${_f}" OUTPUT_VARIABLE _owner ERROR_QUIET
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(_owner MATCHES "^([^:,]+)")
+      list(APPEND _hvd_deb_depends "${CMAKE_MATCH_1}")
+    else()
+      message(STATUS "hvd: ${_f} belongs to no Debian package: the .deb cannot declare it "
+                     "(set HVD_DEB_EXTRA_DEPENDS, e.g. to NVIDIA's libnccl2, cuda-cudart-13-0)")
+    endif()
+  endforeach()
+endif()
+set(HVD_DEB_EXTRA_DEPENDS "" CACHE STRING "More Depends for the .deb (comma-separated)")
+if(HVD_DEB_EXTRA_DEPENDS)
+  list(APPEND _hvd_deb_depends ${HVD_DEB_EXTRA_DEPENDS})
+endif()
+list(REMOVE_DUPLICATES _hvd_deb_depends)
+list(JOIN _hvd_deb_depends ", " CPACK_DEBIAN_PACKAGE_DEPENDS)
+set(CPACK_GENERATOR DEB)
+include(CPack)

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# [install] hvd used the way a user's own project uses it:
+#  1. `cmake --install` into a fresh prefix; test/consumer (find_package(hvd), hvd::hvd and
+#     hvd::torch) builds against it and its programs pass at np 2, under mpirun and under the
+#     installed hvdrun;
+#  2. `cpack -G DEB` packs the build; the .deb declares its dependencies (apt resolves them from
+#     Debian's archive for a machine with nothing installed), and the consumer builds and passes
+#     against the unpacked package too (the CMake package is relocatable).
+#   consumer_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
+work=$(mktemp -d /tmp/hvd-consumer.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+step() { printf '\n== %s\n' "$*"; }
+
+# build_and_run PREFIX LABEL: the consumer against PREFIX; every program must print "OK" on
+# both ranks.
+build_and_run() {
+  local prefix=$1 label=$2 b="$work/consumer-$2"
+  cmake -S "$src/test/consumer" -B "$b" -DCMAKE_PREFIX_PATH="$prefix" >"$b.log" 2>&1 ||
+    { cat "$b.log"; echo "FAIL ($label): the consumer does not configure" >&2; exit 1; }
+  grep 'consumer: hvd' "$b.log"
+  grep -q "from $prefix" "$b.log" || { echo "FAIL ($label): hvd not found under $prefix" >&2; exit 1; }
+  cmake --build "$b" -j "$(nproc)" >>"$b.log" 2>&1 ||
+    { tail -40 "$b.log"; echo "FAIL ($label): the consumer does not build" >&2; exit 1; }
+  local progs=("$b/train_cpp")
+  [[ -x "$b/train_torch" ]] && progs+=("$b/train_torch")
+  for p in "${progs[@]}"; do
+    out=$(mpirun -np 2 --bind-to none "$p" 2>&1) || { echo "$out"; echo "FAIL ($label): $p" >&2; exit 1; }
+    [[ $(grep -c '^OK rank' <<<"$out") == 2 ]] || { echo "$out"; echo "FAIL ($label): $p" >&2; exit 1; }
+    echo "$out"
+  done
+  out=$("$prefix/bin/hvdrun" -np 2 "${progs[-1]}" 2>&1) || { echo "$out"; echo "FAIL ($label): hvdrun" >&2; exit 1; }
+  [[ $(grep -c 'OK rank' <<<"$out") == 2 ]] || { echo "$out"; echo "FAIL ($label): hvdrun" >&2; exit 1; }
+  echo "$out"
+}
+
+step "cmake --install into a fresh prefix"
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+for f in bin/hvdrun include/hvd/hvd.h include/hvd/config.h lib/cmake/hvd/hvdConfig.cmake \
+         lib/cmake/hvd/hvdConfigVersion.cmake lib/libhvd_ops.a lib/libhvd_core.a; do
+  [[ -e "$work/prefix/$f" ]] || { echo "FAIL: $f is not installed" >&2; exit 1; }
+done
+build_and_run "$work/prefix" install
+
+step "cpack -G DEB"
+(cd "$work" && cpack -G DEB --config "$build/CPackConfig.cmake" -B "$work/pkg" >"$work/cpack.log" 2>&1) ||
+  { tail -30 "$work/cpack.log"; echo "FAIL: cpack" >&2; exit 1; }
+deb=$(ls "$work"/pkg/hvd_*.deb)
+depends=$(dpkg-deb -f "$deb" Depends)
+echo "$(basename "$deb"): Depends: $depends"
+need=(libopenmpi-dev openmpi-bin openssh-client libopenmpi3 libstdc++6)
+grep -q '#define HVD_HAVE_TORCH 1' "$build/core/generated/hvd/config.h" && need+=(libtorch-dev)
+declared=" $(sed -E 's/ \([^)]*\)//g; s/,//g' <<<"$depends") "
+for p in "${need[@]}"; do
+  [[ "$declared" == *" $p "* ]] || { echo "FAIL: the .deb does not declare $p" >&2; exit 1; }
+done
+# A machine with nothing installed: apt must find every declared dependency in Debian's archive.
+if compgen -G "/var/lib/apt/lists/*_Packages*" >/dev/null; then
+  : >"$work/empty-status"
+  apt-get -s --no-install-recommends -o Dir::State::status="$work/empty-status" install "$deb" \
+    >"$work/apt.log" 2>&1 || { tail -20 "$work/apt.log"; echo "FAIL: apt cannot install $deb on an empty system" >&2; exit 1; }
+  grep -q '^Inst hvd ' "$work/apt.log" || { tail -20 "$work/apt.log"; echo "FAIL: apt would not install hvd" >&2; exit 1; }
+  echo "apt on an empty Debian system: $(grep -c '^Inst ' "$work/apt.log") packages to install, hvd among them"
+else
+  echo "note: no apt package lists here (run apt-get update): dependency resolution not simulated"
+fi
+dpkg-deb -x "$deb" "$work/root"
+build_and_run "$work/root/usr" deb
+core=$(find "$work/root" -name '_core*.so' -path '*/hvd/*' | head -1)
+if [[ -n "$core" ]]; then  # the Python package inside the .deb imports and runs
+  PYTHONPATH=$(dirname "$(dirname "$core")") /usr/bin/python3 -c '
+import numpy as np, hvd.numpy as hvd
+hvd.init(); x = hvd.allreduce(np.arange(3.0), op=hvd.Sum)
+assert (x == np.arange(3.0)).all(), x; print("python from the .deb:", hvd.__file__); hvd.shutdown()'
+fi
+echo "consumer_test: passed"
