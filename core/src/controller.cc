@@ -5,13 +5,18 @@
 #include <algorithm>
 #include <utility>
 
+#include "guarded.h"
 #include "hvd/core/validation.h"
 
 namespace hvd::core {
 namespace {
 
+using detail::guarded;
+
 constexpr uint64_t kFlagUncached = 1;
 constexpr uint64_t kFlagShutdown = 2;
+constexpr uint64_t kFlagError = 4;  // a rank failed: the round is full and every rank stops
+constexpr uint64_t kFlagPendingNames = 8;  // rank 0 asks for every rank's pending names
 
 Response response_from_cache(const Request& p) {
   Response r;
@@ -60,6 +65,7 @@ void Controller::set_pending(uint32_t bit, TensorEntry* e) {
   if (!pending_[bit]) ++num_pending_;
   pending_[bit] = e;
   pending_words_[bit / 64] |= 1ULL << (bit % 64);
+  if (!pending_since_.empty()) pending_since_[bit] = now();
 }
 
 TensorEntry* Controller::take_pending(uint32_t bit) {
@@ -69,6 +75,10 @@ TensorEntry* Controller::take_pending(uint32_t bit) {
   pending_words_[bit / 64] &= ~(1ULL << (bit % 64));
   --num_pending_;
   return r;
+}
+
+void Controller::fail(const Status& s) {
+  if (local_error_.empty()) local_error_ = "rank " + std::to_string(rank()) + ": " + s.message();
 }
 
 void Controller::submit(TensorEntry* e) {
@@ -102,6 +112,9 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
   uint64_t flags = 0;
   if (!uncached_.empty()) flags |= kFlagUncached;
   if (want_shutdown) flags |= kFlagShutdown;
+  if (!local_error_.empty()) flags |= kFlagError;
+  if (want_pending_names_) flags |= kFlagPendingNames;
+  if (stall_threshold_s_ > 0 && num_pending_ > 0) demote_stale_cached();
   words[0] = ~flags;
   std::copy(pending_words_.begin(), pending_words_.end(), words.begin() + 1);
   for (size_t i = 0; i < nw; ++i) words[1 + nw + i] = ~0ULL;
@@ -110,13 +123,25 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
 
   HVD_RETURN_IF_ERROR(transport_->allreduce_and(&words));
   const uint64_t any_flags = ~words[0];
+  // From here on, whatever throws becomes this rank's error (sent to rank 0 in this round's
+  // full path, or flagged in the next round): the round's collectives go on symmetrically.
   std::vector<int> joined;
   for (int r = 0; r < size(); ++r) {
     if (!(words[1 + 2 * nw + static_cast<size_t>(r / 64)] & (1ULL << (r % 64)))) {
       joined.push_back(r);
     }
   }
+  Status decoded = guarded("decoding the round", [&] { decode_round(words, nw, joined, out); });
+  if (!decoded.ok()) fail(decoded);
+  out->full_round =
+      (any_flags & (kFlagUncached | kFlagShutdown | kFlagError)) != 0 || !joined.empty();
+  Status st = out->full_round ? full_round(want_shutdown, joined, out) : Status::OK();
+  if (st.ok() && (any_flags & kFlagPendingNames)) st = exchange_pending_names();
+  return st;
+}
 
+void Controller::decode_round(const std::vector<uint64_t>& words, size_t nw,
+                              const std::vector<int>& joined, RoundResult* out) {
   // Entries some rank contradicted: evicted everywhere, their pending requests re-sent.
   for (size_t w = 0; w < nw; ++w) {
     uint64_t inv = ~words[1 + nw + w];
@@ -151,48 +176,90 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
       if (TensorEntry* e = take_pending(b)) uncached_.push_back(e);
     }
   }
-  out->full_round = (any_flags & (kFlagUncached | kFlagShutdown)) != 0 || !joined.empty();
-  if (!out->full_round) return Status::OK();
+}
 
-  std::vector<const Request*> reqs;
-  reqs.reserve(uncached_.size());
-  for (TensorEntry* e : uncached_) {
-    sent_[e->request.name] = e;
-    reqs.push_back(&e->request);
-    ++waiting_;
+Status Controller::full_round(bool want_shutdown, const std::vector<int>& joined,
+                              RoundResult* out) {
+  std::vector<uint8_t> mine;
+  Status sent = guarded("sending requests", [&] {
+    std::vector<const Request*> reqs;
+    reqs.reserve(uncached_.size());
+    for (TensorEntry* e : uncached_) {
+      sent_[e->request.name] = e;
+      reqs.push_back(&e->request);
+      ++waiting_;
+    }
+    uncached_.clear();
+    mine = serialize_requests(reqs, want_shutdown, local_error_);
+  });
+  if (!sent.ok()) {
+    fail(sent);  // an empty list, should even this throw: rank 0 cannot read it, all stop
+    (void)guarded("sending requests", [&] { mine = serialize_requests({}, false, local_error_); });
   }
-  std::vector<uint8_t> mine = serialize_requests(reqs, want_shutdown);
-  uncached_.clear();
   std::vector<std::vector<uint8_t>> all;
   HVD_RETURN_IF_ERROR(transport_->gather(mine, &all));
   std::vector<uint8_t> bytes;
+  // Rank 0 always broadcasts, whatever failed: the others are already waiting in the
+  // broadcast. (Should even the error list fail to serialize, the empty broadcast fails to
+  // parse on every rank alike.)
   if (rank() == 0) {
-    ResponseList rl;
-    for (int i = 0; i < static_cast<int>(all.size()); ++i) {
-      auto parsed = parse_request_list(all[i].data(), all[i].size());
-      if (!parsed.ok())
-        return internal_error("from rank " + std::to_string(i) + ": " + parsed.status().message());
-      if (parsed.value().shutdown) rl.shutdown_ranks.push_back(i);
-      for (auto& r : parsed.value().requests) {
-        r.rank = i;
-        coordinator_add(r, joined, &rl.responses);
-      }
+    Status st = guarded("rank 0: coordinating the round", [&] { bytes = coordinate(all, joined); });
+    if (!st.ok()) {
+      (void)guarded("rank 0", [&] {
+        ResponseList failed;
+        failed.error = st.message();
+        bytes = serialize(failed);
+      });
     }
-    if (!joined.empty()) coordinator_sweep(joined, &rl.responses);
-    coordinator_fail_groups(joined, &rl.responses);
-    bytes = serialize(rl);
   }
   HVD_RETURN_IF_ERROR(transport_->broadcast(&bytes));
   auto rl = parse_response_list(bytes.data(), bytes.size());
   if (!rl.ok()) return rl.status();
+  if (!rl.value().error.empty()) return internal_error(rl.value().error);
   out->shutdown_ranks = rl.value().shutdown_ranks;
   out->shutdown = !out->shutdown_ranks.empty();
-  cache_new_responses(rl.value().responses, !joined.empty());
+  // The responses are agreed: they run even if caching them fails here (the failure then
+  // stops every rank at the next round).
+  Status cached = guarded("caching the round's responses",
+                          [&] { cache_new_responses(rl.value().responses, !joined.empty()); });
+  if (!cached.ok()) fail(cached);
   for (auto& r : rl.value().responses) {
     if (r.op == OpType::kJoin && !r.is_error()) joined_ = false;
     out->responses.push_back(std::move(r));
   }
   return Status::OK();
+}
+
+std::vector<uint8_t> Controller::coordinate(const std::vector<std::vector<uint8_t>>& all,
+                                            const std::vector<int>& joined) {
+  ResponseList rl;
+  std::string errors;  // every rank's failure, and every list that could not be read
+  auto add_error = [&](const std::string& e) { errors += (errors.empty() ? "" : "; ") + e; };
+  std::vector<RequestList> lists(all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    auto parsed = parse_request_list(all[i].data(), all[i].size());
+    if (!parsed.ok()) {
+      add_error("rank 0 could not read the request list of rank " + std::to_string(i) + ": " +
+                parsed.status().message());
+    } else {
+      lists[i] = std::move(parsed.value());
+      if (!lists[i].error.empty()) add_error(lists[i].error);
+    }
+  }
+  if (!errors.empty()) {
+    rl.error = "hvd stopped on every rank: " + errors;
+    return serialize(rl);
+  }
+  for (size_t i = 0; i < lists.size(); ++i) {
+    if (lists[i].shutdown) rl.shutdown_ranks.push_back(static_cast<int32_t>(i));
+    for (auto& r : lists[i].requests) {
+      r.rank = static_cast<int32_t>(i);
+      coordinator_add(r, joined, &rl.responses);
+    }
+  }
+  if (!joined.empty()) coordinator_sweep(joined, &rl.responses);
+  coordinator_fail_groups(joined, &rl.responses);
+  return serialize(rl);
 }
 
 void Controller::cache_new_responses(const std::vector<Response>& responses, bool any_joined) {
@@ -358,7 +425,7 @@ std::vector<StalledTensor> Controller::stalled(double older_than_s) const {
   const auto t = now();
   for (const auto& [name, p] : table_) {
     if (std::chrono::duration<double>(t - p.since).count() < older_than_s) continue;
-    StalledTensor st{name, {}, {}};
+    StalledTensor st{name, {}, {}, std::chrono::duration<double>(t - p.since).count()};
     for (size_t i = 0; i < p.per_rank.size(); ++i) {
       (p.per_rank[i] ? st.submitted : st.missing).push_back(static_cast<int>(i));
     }

@@ -169,10 +169,20 @@ void HandleState::complete(Status s) {
     if (done.load()) return;
     status = std::move(s);
     done.store(true, std::memory_order_release);
-    cb = std::move(callback);
+    cb = std::move(callback_);
   }
   cv.notify_all();
   if (cb) cb(status);
+}
+
+void HandleState::then(std::function<void(const Status&)> cb) {
+  std::unique_lock<std::mutex> lk(mu);
+  if (!done.load()) {
+    callback_ = std::move(cb);
+    return;
+  }
+  lk.unlock();
+  cb(status);  // written before done was set; never changes after
 }
 
 }  // namespace core
@@ -254,14 +264,7 @@ Handle join_handles(const std::vector<Handle>& parts) {
       }
       all->complete(join->first_error);
     };
-    std::unique_lock<std::mutex> lk(hs->mu);
-    if (hs->done.load()) {
-      Status st = hs->status;
-      lk.unlock();
-      cb(st);
-    } else {
-      hs->callback = cb;
-    }
+    hs->then(cb);
   }
   return Handle(all);
 }

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Wire format of request and response lists: little-endian, length-prefixed, bounds-checked.
+// Wire format of request and response lists: length-prefixed, bounds-checked, in the host's byte
+// order (every rank of a job runs the same build on the same architecture).
 #include "hvd/core/message.h"
 
 #include <cstring>
+#include <type_traits>
 
 namespace hvd::core {
 
@@ -41,88 +43,119 @@ namespace {
 
 constexpr uint32_t kRequestMagic = 0x68764451;   // "hvDQ"
 constexpr uint32_t kResponseMagic = 0x68764452;  // "hvDR"
+constexpr uint8_t kMaxOp = static_cast<uint8_t>(OpType::kRemoveProcessSet);
+constexpr uint8_t kMaxReduce = static_cast<uint8_t>(ReduceOp::kProduct);
 
+// Writer and Reader share one field() vocabulary, so each message lists its fields once
+// (fields() below) for both directions. Writer::field always succeeds.
 class Writer {
  public:
   template <typename T>
-  void pod(T v) {
+  bool field(const T& v) {
+    if constexpr (std::is_enum<T>::value) {
+      return field(static_cast<uint8_t>(v));  // enumerators travel as one byte
+    }
+    static_assert(std::is_arithmetic<T>::value || std::is_enum<T>::value, "plain value");
     size_t n = buf_.size();
     buf_.resize(n + sizeof(T));
     std::memcpy(buf_.data() + n, &v, sizeof(T));
+    return true;
   }
-  void str(const std::string& s) {
-    pod<uint32_t>(static_cast<uint32_t>(s.size()));
+  bool field(const std::string& s) {
+    field(static_cast<uint32_t>(s.size()));
     buf_.insert(buf_.end(), s.begin(), s.end());
+    return true;
   }
-  void i64s(const std::vector<int64_t>& v) {
-    pod<uint32_t>(static_cast<uint32_t>(v.size()));
-    for (int64_t x : v) pod<int64_t>(x);
+  template <typename T>
+  bool field(const std::vector<T>& v) {
+    field(static_cast<uint32_t>(v.size()));
+    for (const T& x : v) field(x);
+    return true;
   }
-  void device(const Device& d) {
-    pod<uint8_t>(static_cast<uint8_t>(d.kind));
-    pod<int32_t>(d.index);
-  }
+  bool field(const Device& d) { return field(d.kind) && field(d.index); }
   std::vector<uint8_t> take() { return std::move(buf_); }
 
  private:
   std::vector<uint8_t> buf_;
 };
 
+// Bounds-checked: every field() fails (and the reader stays failed) past the end or on an
+// out-of-range enumerator.
 class Reader {
  public:
   Reader(const uint8_t* d, size_t n) : d_(d), n_(n) {}
   template <typename T>
-  bool pod(T* v) {
-    if (n_ - off_ < sizeof(T)) return fail();
-    std::memcpy(v, d_ + off_, sizeof(T));
+  bool field(T& v) {
+    static_assert(std::is_arithmetic<T>::value, "plain value");
+    if (!ok_ || n_ - off_ < sizeof(T)) return fail();
+    std::memcpy(&v, d_ + off_, sizeof(T));
     off_ += sizeof(T);
     return true;
   }
-  bool str(std::string* s) {
+  bool field(std::string& s) {
     uint32_t len;
-    if (!pod(&len) || n_ - off_ < len) return fail();
-    s->assign(reinterpret_cast<const char*>(d_ + off_), len);
+    if (!field(len) || n_ - off_ < len) return fail();
+    s.assign(reinterpret_cast<const char*>(d_ + off_), len);
     off_ += len;
     return true;
   }
-  bool i64s(std::vector<int64_t>* v) {
+  template <typename T>
+  bool field(std::vector<T>& v) {
     uint32_t len;
-    if (!pod(&len) || (n_ - off_) / 8 < len) return fail();
-    v->resize(len);
-    for (auto& x : *v) pod(&x);
+    // Each element takes at least one byte: a length beyond the rest is malformed.
+    if (!field(len) || n_ - off_ < len) return fail();
+    v.resize(len);
+    for (auto& x : v) {
+      if (!field(x)) return false;
+    }
     return true;
   }
-  bool dtype(DataType* t) {
+  bool field(DataType& t) {
     uint8_t raw;
-    if (!pod(&raw) || !dtype_valid(raw)) return fail();
-    *t = static_cast<DataType>(raw);
+    if (!field(raw) || !dtype_valid(raw)) return fail();
+    t = static_cast<DataType>(raw);
     return true;
   }
+  bool field(OpType& op) { return enumeration(&op, kMaxOp); }
+  bool field(ReduceOp& op) { return enumeration(&op, kMaxReduce); }
+  bool field(DeviceKind& k) { return enumeration(&k, static_cast<uint8_t>(DeviceKind::kCuda)); }
+  bool field(Device& d) { return field(d.kind) && field(d.index); }
+  bool done() const { return ok_ && off_ == n_; }
+
+ private:
   template <typename E>
   bool enumeration(E* e, uint8_t max) {
     uint8_t raw;
-    if (!pod(&raw) || raw > max) return fail();
+    if (!field(raw) || raw > max) return fail();
     *e = static_cast<E>(raw);
     return true;
   }
-  bool device(Device* d) {
-    return enumeration(&d->kind, static_cast<uint8_t>(DeviceKind::kCuda)) && pod(&d->index);
-  }
-  bool done() const { return ok_ && off_ == n_; }
   bool fail() {
     ok_ = false;
     return false;
   }
-
- private:
   const uint8_t* d_;
   size_t n_;
   size_t off_ = 0;
   bool ok_ = true;
 };
 
-constexpr uint8_t kMaxOp = static_cast<uint8_t>(OpType::kRemoveProcessSet);
-constexpr uint8_t kMaxReduce = static_cast<uint8_t>(ReduceOp::kProduct);
+// The one list of each message's fields, in wire order (R: Request or const Request, ...).
+template <typename IO, typename R>
+bool request_fields(IO& io, R& r) {
+  return io.field(r.rank) && io.field(r.op) && io.field(r.name) && io.field(r.dtype) &&
+         io.field(r.shape) && io.field(r.reduce_op) && io.field(r.root) && io.field(r.prescale) &&
+         io.field(r.postscale) && io.field(r.device) && io.field(r.process_set) &&
+         io.field(r.group) && io.field(r.group_size) && io.field(r.splits);
+}
+
+template <typename IO, typename R>
+bool response_fields(IO& io, R& r) {
+  return io.field(r.op) && io.field(r.names) && io.field(r.dtype) && io.field(r.reduce_op) &&
+         io.field(r.root) && io.field(r.prescale) && io.field(r.postscale) && io.field(r.device) &&
+         io.field(r.process_set) && io.field(r.numels) && io.field(r.rank_rows) &&
+         io.field(r.joined) && io.field(r.error);
+}
 
 }  // namespace
 
@@ -130,32 +163,17 @@ std::vector<uint8_t> serialize(const RequestList& l) {
   std::vector<const Request*> ptrs;
   ptrs.reserve(l.requests.size());
   for (const auto& r : l.requests) ptrs.push_back(&r);
-  return serialize_requests(ptrs, l.shutdown);
+  return serialize_requests(ptrs, l.shutdown, l.error);
 }
 
-std::vector<uint8_t> serialize_requests(const std::vector<const Request*>& requests,
-                                        bool shutdown) {
+std::vector<uint8_t> serialize_requests(const std::vector<const Request*>& requests, bool shutdown,
+                                        const std::string& error) {
   Writer w;
-  w.pod(kRequestMagic);
-  w.pod<uint8_t>(shutdown ? 1 : 0);
-  w.pod<uint32_t>(static_cast<uint32_t>(requests.size()));
-  for (const Request* rp : requests) {
-    const Request& r = *rp;
-    w.pod<int32_t>(r.rank);
-    w.pod<uint8_t>(static_cast<uint8_t>(r.op));
-    w.str(r.name);
-    w.pod<uint8_t>(static_cast<uint8_t>(r.dtype));
-    w.i64s(r.shape);
-    w.pod<uint8_t>(static_cast<uint8_t>(r.reduce_op));
-    w.pod<int32_t>(r.root);
-    w.pod<double>(r.prescale);
-    w.pod<double>(r.postscale);
-    w.device(r.device);
-    w.pod<int32_t>(r.process_set);
-    w.str(r.group);
-    w.pod<int32_t>(r.group_size);
-    w.i64s(r.splits);
-  }
+  w.field(kRequestMagic);
+  w.field(static_cast<uint8_t>(shutdown ? 1 : 0));
+  w.field(static_cast<uint32_t>(requests.size()));
+  for (const Request* r : requests) request_fields(w, *r);
+  w.field(error);
   return w.take();
 }
 
@@ -164,74 +182,45 @@ Result<RequestList> parse_request_list(const uint8_t* data, size_t size) {
   uint32_t magic = 0, count = 0;
   uint8_t shut = 0;
   RequestList l;
-  bool ok = rd.pod(&magic) && magic == kRequestMagic && rd.pod(&shut) && rd.pod(&count);
+  bool ok = rd.field(magic) && magic == kRequestMagic && rd.field(shut) && rd.field(count);
   for (uint32_t i = 0; ok && i < count; ++i) {
     Request r;
-    ok = rd.pod(&r.rank) && rd.enumeration(&r.op, kMaxOp) && rd.str(&r.name) &&
-         rd.dtype(&r.dtype) && rd.i64s(&r.shape) && rd.enumeration(&r.reduce_op, kMaxReduce) &&
-         rd.pod(&r.root) && rd.pod(&r.prescale) && rd.pod(&r.postscale) && rd.device(&r.device) &&
-         rd.pod(&r.process_set) && rd.str(&r.group) && rd.pod(&r.group_size) && rd.i64s(&r.splits);
+    ok = request_fields(rd, r);
     if (ok) l.requests.push_back(std::move(r));
   }
-  if (!ok || !rd.done())
+  ok = ok && rd.field(l.error);
+  if (!ok || !rd.done()) {
     return internal_error("malformed request list (" + std::to_string(size) + " bytes)");
+  }
   l.shutdown = shut != 0;
   return l;
 }
 
 std::vector<uint8_t> serialize(const ResponseList& l) {
   Writer w;
-  w.pod(kResponseMagic);
-  w.pod<uint32_t>(static_cast<uint32_t>(l.shutdown_ranks.size()));
-  for (int32_t r : l.shutdown_ranks) w.pod<int32_t>(r);
-  w.pod<uint32_t>(static_cast<uint32_t>(l.responses.size()));
-  for (const auto& r : l.responses) {
-    w.pod<uint8_t>(static_cast<uint8_t>(r.op));
-    w.pod<uint32_t>(static_cast<uint32_t>(r.names.size()));
-    for (const auto& n : r.names) w.str(n);
-    w.pod<uint8_t>(static_cast<uint8_t>(r.dtype));
-    w.pod<uint8_t>(static_cast<uint8_t>(r.reduce_op));
-    w.pod<int32_t>(r.root);
-    w.pod<double>(r.prescale);
-    w.pod<double>(r.postscale);
-    w.device(r.device);
-    w.pod<int32_t>(r.process_set);
-    w.i64s(r.numels);
-    w.i64s(r.rank_rows);
-    w.i64s(r.joined);
-    w.str(r.error);
-  }
+  w.field(kResponseMagic);
+  w.field(l.shutdown_ranks);
+  w.field(static_cast<uint32_t>(l.responses.size()));
+  for (const auto& r : l.responses) response_fields(w, r);
+  w.field(l.error);
   return w.take();
 }
 
 Result<ResponseList> parse_response_list(const uint8_t* data, size_t size) {
   Reader rd(data, size);
-  uint32_t magic = 0, nshut = 0, count = 0;
+  uint32_t magic = 0, count = 0;
   ResponseList l;
-  bool ok = rd.pod(&magic) && magic == kResponseMagic && rd.pod(&nshut) && nshut < (1u << 24);
-  for (uint32_t i = 0; ok && i < nshut; ++i) {
-    int32_t r = 0;
-    ok = rd.pod(&r);
-    l.shutdown_ranks.push_back(r);
-  }
-  ok = ok && rd.pod(&count);
+  bool ok =
+      rd.field(magic) && magic == kResponseMagic && rd.field(l.shutdown_ranks) && rd.field(count);
   for (uint32_t i = 0; ok && i < count; ++i) {
     Response r;
-    uint32_t nn = 0;
-    ok = rd.enumeration(&r.op, kMaxOp) && rd.pod(&nn);
-    for (uint32_t j = 0; ok && j < nn; ++j) {
-      std::string s;
-      ok = rd.str(&s);
-      r.names.push_back(std::move(s));
-    }
-    ok = ok && rd.dtype(&r.dtype) && rd.enumeration(&r.reduce_op, kMaxReduce) && rd.pod(&r.root) &&
-         rd.pod(&r.prescale) && rd.pod(&r.postscale) && rd.device(&r.device) &&
-         rd.pod(&r.process_set) && rd.i64s(&r.numels) && rd.i64s(&r.rank_rows) &&
-         rd.i64s(&r.joined) && rd.str(&r.error);
+    ok = response_fields(rd, r);
     if (ok) l.responses.push_back(std::move(r));
   }
-  if (!ok || !rd.done())
+  ok = ok && rd.field(l.error);
+  if (!ok || !rd.done()) {
     return internal_error("malformed response list (" + std::to_string(size) + " bytes)");
+  }
   return l;
 }
 

@@ -70,7 +70,11 @@ Handle Runtime::remove_process_set(int32_t id) {
 }
 
 Result<std::shared_ptr<Runtime>> Runtime::process_set(int32_t id) {
-  if (id == parts_.process_set) return std::shared_ptr<Runtime>(std::shared_ptr<Runtime>(), this);
+  if (id == parts_.process_set) {
+    std::shared_ptr<Runtime> self = weak_from_this().lock();
+    // Not owned by a shared_ptr (a test's stepped runtime): a non-owning pointer.
+    return self ? self : std::shared_ptr<Runtime>(std::shared_ptr<Runtime>(), this);
+  }
   if (parts_.process_set != 0) {
     return invalid_argument("process set " + std::to_string(id) +
                             " is not reachable from process set " +

@@ -9,18 +9,49 @@
 #include <sys/prctl.h>
 #endif
 
+#include "guarded.h"
 #include "hvd/core/fusion.h"
 #include "hvd/core/logging.h"
 #include "hvd/core/validation.h"
 
 namespace hvd::core {
 
+using detail::guarded;
+
+namespace {
+
+// Handles collected under mu_ and completed after releasing it: completion runs callbacks,
+// which may submit or wait (the lock contract in runtime.h).
+class Finished {
+ public:
+  void add(std::shared_ptr<HandleState> h, Status s,
+           std::shared_ptr<Completion> pending = nullptr) {
+    items_.push_back({std::move(h), std::move(s), std::move(pending)});
+  }
+  void complete() {
+    for (auto& i : items_) i.handle->complete_after(std::move(i.status), std::move(i.pending));
+    items_.clear();
+  }
+
+ private:
+  struct Item {
+    std::shared_ptr<HandleState> handle;
+    Status status;
+    std::shared_ptr<Completion> pending;
+  };
+  std::vector<Item> items_;
+};
+
+}  // namespace
+
 Runtime::Runtime(Config config, RuntimeParts parts)
     : config_(std::move(config)),
       parts_(std::move(parts)),
       controller_(parts_.transport.get(), config_.cache_capacity, parts_.clock),
       rank_(parts_.transport->rank()),
-      size_(parts_.transport->size()) {
+      size_(parts_.transport->size()),
+      stall_(config_) {
+  controller_.set_stall_threshold(stall_.threshold_s());
   if (!config_.timeline.empty()) {
     Status s = start_timeline(config_.timeline);
     if (!s.ok()) {
@@ -31,8 +62,10 @@ Runtime::Runtime(Config config, RuntimeParts parts)
 
 Status Runtime::start_timeline(const std::string& path) {
   if (!writes_timeline()) return Status::OK();
-  auto t = std::make_shared<Timeline>(path);
-  if (!t->ok()) return invalid_argument("cannot write the timeline to '" + path + "'");
+  const std::string file = config_.timeline_all_ranks ? Timeline::path_for_rank(path, rank_) : path;
+  auto t = std::make_shared<Timeline>(file, rank_);
+  if (!t->ok()) return invalid_argument("cannot write the timeline to '" + file + "'");
+  t->start();
   std::lock_guard<std::mutex> lk(timeline_mu_);
   timeline_ = std::move(t);  // a previous timeline closes once the last response using it ends
   return Status::OK();
@@ -44,6 +77,12 @@ void Runtime::stop_timeline() {
     std::lock_guard<std::mutex> lk(timeline_mu_);
     old = std::move(timeline_);
   }
+}
+
+std::shared_ptr<Timeline> Runtime::active_timeline() const {
+  if (!writes_timeline()) return nullptr;  // elsewhere there is never one: no lock
+  std::lock_guard<std::mutex> lk(timeline_mu_);
+  return timeline_;
 }
 
 Runtime::~Runtime() {
@@ -62,7 +101,14 @@ void Runtime::start() {
   std::lock_guard<std::mutex> lk(mu_);
   if (thread_.joinable() || stopped_) return;
   loop_exited_ = false;
-  thread_ = std::thread([this] { loop(); });
+  // The thread shares ownership while it runs (null when no shared_ptr owns this runtime:
+  // shutdown() then waits for the thread however long it takes). Dropping the last reference
+  // at the end of the thread destroys the runtime there; shutdown() detaches in that case.
+  std::shared_ptr<Runtime> self = weak_from_this().lock();
+  thread_ = std::thread([this, self]() mutable {
+    loop();
+    self.reset();
+  });
 }
 
 Handle Runtime::enqueue(TensorEntry entry) {
@@ -130,6 +176,7 @@ Handle Runtime::enqueue_with(const std::string& name,
   Slot& slot = it->second;
   reset_for_reuse(&slot);
   fill(&slot);
+  slot.submitted = std::chrono::steady_clock::now();
   slot.handle = slot.handle ? slot.handle : new_handle_state();
   Handle h(slot.handle);
   const Request& r = slot.request;
@@ -265,15 +312,25 @@ bool Runtime::run_once() {
   bool want_shutdown = false;
   fresh_.clear();
   if (!wait_for_work(&fresh_, &want_shutdown)) return false;
-  for (TensorEntry* e : fresh_) controller_.submit(e);
+  Status submitted = guarded("submitting", [&] {
+    for (TensorEntry* e : fresh_) controller_.submit(e);
+  });
+  if (!submitted.ok()) controller_.fail(submitted);  // the next round stops every rank
 
   RoundResult round;
+  const auto round_start = Timeline::Clock::now();
   Status s = controller_.run_round(want_shutdown, &round);
   ++stats_.rounds;
   if (!s.ok()) {
     HVD_LOG(Error) << "negotiation failed: " << s.message();
     abort(s);
     return false;
+  }
+  if (auto tl = active_timeline()) {
+    const auto partial = rank_ == 0 && round.full_round ? controller_.stalled(0.0)
+                                                        : std::vector<StalledTensor>{};
+    tl->record_round(round_start, Timeline::Clock::now(), round.full_round, round.cached.size(),
+                     round.responses.size(), partial);
   }
   if (round.full_round) ++stats_.full_rounds;
   const bool fruitless = round.cached.empty() && round.responses.empty() && fresh_.empty();
@@ -290,68 +347,47 @@ bool Runtime::run_once() {
     round.responses = std::move(all);
     round.cached.clear();
   }
-  execute_cached(round.cached);
+  // What throws while executing fails that response here and, through the next round, every
+  // rank; the round's other responses still run, so this rank stays in step with its peers.
+  Status ran = guarded("executing cached responses", [&] { execute_cached(round.cached); });
+  if (!ran.ok()) controller_.fail(ran);
   FusionOptions fo{config_.fusion_threshold, config_.fusion_direct_bytes};
-  for (const Response& r : plan_fusion(std::move(round.responses), fo)) {
+  std::vector<Response> planned;
+  Status fused =
+      guarded("planning fusion", [&] { planned = plan_fusion(std::move(round.responses), fo); });
+  if (!fused.ok()) controller_.fail(fused);
+  for (const Response& r : planned) {
     ++stats_.fused_batches;
-    execute(r);
+    Status st =
+        guarded(describe(r.op, r.names.empty() ? "" : r.names.front()), [&] { execute(r); });
+    if (!st.ok()) controller_.fail(st);
   }
-  check_stalls();
+  Status checked = guarded("checking for stalls", [&] { stall_.check(&controller_); });
+  if (!checked.ok()) {
+    HVD_LOG(Warning) << checked.message();
+  }
 
   if (round.shutdown) {
     std::vector<int> who(round.shutdown_ranks.begin(), round.shutdown_ranks.end());
     Status st = aborted("hvd was shut down (shutdown() called on " +
                         std::string(who.size() == 1 ? "rank " : "ranks ") + rank_ranges(who) +
                         ") before this collective could run on every rank");
-    std::lock_guard<std::mutex> lk(mu_);
-    stopped_ = true;
-    stop_status_ = st;
-    for (auto& kv : table_) {
-      if (!kv.second.active) continue;
-      kv.second.handle->complete(about(kv.second.request, st));
+    Finished finished;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopped_ = true;
+      stop_status_ = st;
+      for (auto& kv : table_) {
+        if (kv.second.active) finished.add(kv.second.handle, about(kv.second.request, st));
+      }
+      table_.clear();
+      active_ = 0;
+      queue_.clear();
     }
-    table_.clear();
-    active_ = 0;
-    queue_.clear();
+    finished.complete();  // after releasing mu_: callbacks may submit
     return false;
   }
   return true;
-}
-
-std::chrono::milliseconds Runtime::idle_heartbeat() const {
-  if (config_.stall_warning_s <= 0) return std::chrono::milliseconds(0);
-  // A quarter of the threshold, at most 1 s: a stall is seen soon after it passes the
-  // threshold, and an idle job costs one small round per second per rank.
-  const double ms = std::min(config_.stall_warning_s * 250.0, 1000.0);
-  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(ms)));
-}
-
-void Runtime::check_stalls() {
-  if (rank_ != 0 || config_.stall_warning_s <= 0) return;
-  using Clock = std::chrono::steady_clock;
-  const auto now = controller_.now();
-  const std::chrono::duration<double> threshold(config_.stall_warning_s);
-  // Look a few times per threshold (a stall is reported soon after it passes it), warn at most
-  // once per threshold.
-  if (last_stall_check_ != Clock::time_point{} && now - last_stall_check_ < threshold / 4) return;
-  last_stall_check_ = now;
-  if (last_stall_warning_ != Clock::time_point{} && now - last_stall_warning_ < threshold) return;
-  const auto stalled = controller_.stalled(config_.stall_warning_s);
-  if (stalled.empty()) return;
-  last_stall_warning_ = now;
-  auto ranks = [](const std::vector<int>& v) {
-    return std::string(v.size() == 1 ? "rank " : "ranks ") + rank_ranges(v);
-  };
-  std::string what;
-  for (const StalledTensor& t : stalled) {
-    what += (what.empty() ? "" : "; ") + std::string("'") + t.name + "' submitted by " +
-            ranks(t.submitted) + ", missing on " + ranks(t.missing);
-  }
-  HVD_LOG(Warning) << stalled.size() << (stalled.size() == 1 ? " tensor has" : " tensors have")
-                   << " waited " << config_.stall_warning_s
-                   << "+ s for ranks that have not submitted it: " << what
-                   << " (a rank may be stuck, or not calling these collectives in the same "
-                      "order; set HVD_STALL_CHECK_TIME_SECONDS=0 to silence this)";
 }
 
 namespace {
@@ -414,9 +450,17 @@ void Runtime::execute(const Response& r) {
   scratch.reserve(r.names.size());
   const bool joined_here =
       std::find(r.joined.begin(), r.joined.end(), static_cast<int64_t>(rank_)) != r.joined.end();
-  if (!r.is_error() && joined_here) {
+  // A name negotiated but missing from this rank's table (not joined) is a bug; where a
+  // stand-in can take its place, this rank still takes part (its peers are entering the data
+  // collective), then stops every rank through the next round.
+  const bool can_stand_in = r.op != OpType::kAlltoall && r.op != OpType::kReducescatter;
+  if (!r.is_error() && (joined_here || can_stand_in)) {
     for (size_t i = 0; i < entries.size(); ++i) {
       if (entries[i]) continue;
+      if (!joined_here) {
+        controller_.fail(internal_error(describe(r.op, r.names[i]) +
+                                        ": negotiated but missing from this rank's tensor table"));
+      }
       stand_ins.push_back(stand_in(r, i, rank_, &scratch));
       entries[i] = stand_ins.back().get();
     }
@@ -428,6 +472,9 @@ void Runtime::execute(const Response& r) {
 void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
                   const std::vector<TensorEntry*>& mine) {
   const bool complete = std::find(entries.begin(), entries.end(), nullptr) == entries.end();
+  std::shared_ptr<Timeline> timeline = active_timeline();
+  PhaseLog phases;  // what the executor reports while the timeline is on
+  PhaseLog* outer = PhaseScope::set_active(timeline ? &phases : nullptr);
   const auto started = Timeline::Clock::now();
   Status s;
   std::shared_ptr<Completion> pending;  // device work still running after launch
@@ -437,7 +484,12 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
     s = internal_error(describe(r.op, r.names.front()) +
                        ": negotiated but missing from this rank's tensor table");
   } else if (r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet) {
-    s = execute_process_set_op(r, entries[0]);
+    Status thrown = guarded(describe(r.op, r.names.front()),
+                            [&] { s = execute_process_set_op(r, entries[0]); });
+    if (!thrown.ok()) {
+      s = thrown;
+      controller_.fail(s);
+    }
   } else if (r.op == OpType::kBarrier || r.op == OpType::kJoin) {
     s = Status::OK();  // negotiation itself synchronised every rank
     if (r.op == OpType::kJoin) {
@@ -446,8 +498,16 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   } else {
     Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
                                                       : parts_.device_executor.get();
-    s = ex ? ex->launch(r, entries, &pending)
-           : invalid_argument(describe(r.op, r.names.front()) + ": " + parts_.no_device_reason);
+    if (ex) {
+      Status thrown = guarded(describe(r.op, r.names.front()) + ": the " + ex->name() + " executor",
+                              [&] { s = ex->launch(r, entries, &pending); });
+      if (!thrown.ok()) {
+        s = thrown;
+        controller_.fail(s);  // every rank stops at the next round
+      }
+    } else {
+      s = invalid_argument(describe(r.op, r.names.front()) + ": " + parts_.no_device_reason);
+    }
     if (pending && entries.size() != mine.size()) {
       // Stand-ins of a joined rank own scratch that dies with this call: wait for the device.
       Status done = pending->wait();
@@ -455,30 +515,29 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
       pending.reset();
     }
   }
-  std::shared_ptr<Timeline> timeline;
-  if (writes_timeline()) {  // elsewhere there is never one: no lock per response
-    std::lock_guard<std::mutex> lk(timeline_mu_);
-    timeline = timeline_;
-  }
+  PhaseScope::set_active(outer);
   if (timeline) {
-    int64_t bytes = 0;
-    for (auto* e : entries) {
-      if (e) bytes += static_cast<int64_t>(e->input.bytes());
+    Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
+                                                      : parts_.device_executor.get();
+    timeline->record_response(r, entries, ex ? ex->name() : "none", phases, started,
+                              Timeline::Clock::now(), s);
+  }
+  Finished finished;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (pending) {
+      outstanding_.erase(
+          std::remove_if(outstanding_.begin(), outstanding_.end(),
+                         [](const std::weak_ptr<Completion>& w) { return w.expired(); }),
+          outstanding_.end());
+      outstanding_.push_back(pending);
     }
-    timeline->record(r, bytes, started, Timeline::Clock::now(), s.ok());
+    for (TensorEntry* e : mine) {
+      finished.add(e->handle, s, s.ok() ? pending : nullptr);
+      retire(e);
+    }
   }
-  std::lock_guard<std::mutex> lk(mu_);
-  if (pending) {
-    outstanding_.erase(
-        std::remove_if(outstanding_.begin(), outstanding_.end(),
-                       [](const std::weak_ptr<Completion>& w) { return w.expired(); }),
-        outstanding_.end());
-    outstanding_.push_back(pending);
-  }
-  for (TensorEntry* e : mine) {
-    e->handle->complete_after(s, s.ok() ? pending : nullptr);
-    retire(e);
-  }
+  finished.complete();  // after releasing mu_: callbacks may submit
 }
 
 void Runtime::abort(const Status& s) {
@@ -488,21 +547,24 @@ void Runtime::abort(const Status& s) {
     for (auto& kv : children_) children.push_back(kv.second);
   }
   for (auto& c : children) c->abort(s);
-  std::lock_guard<std::mutex> lk(mu_);
-  if (stopped_) return;
-  stopped_ = true;
-  stop_status_ = s;
-  // Device work already handed out may never finish now: its handles report the abort.
-  for (auto& w : outstanding_) {
-    if (auto c = w.lock()) c->fail(s);
+  Finished finished;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stop_status_ = s;
+    // Device work already handed out may never finish now: its handles report the abort.
+    for (auto& w : outstanding_) {
+      if (auto c = w.lock()) c->fail(s);
+    }
+    outstanding_.clear();
+    for (auto& kv : table_) {
+      if (kv.second.active) finished.add(kv.second.handle, about(kv.second.request, s));
+    }
+    cv_.notify_all();
+    exit_cv_.notify_all();  // a shutdown() waiting for the loop stops waiting for good
   }
-  outstanding_.clear();
-  for (auto& kv : table_) {
-    if (!kv.second.active) continue;
-    kv.second.handle->complete(about(kv.second.request, s));
-  }
-  cv_.notify_all();
-  exit_cv_.notify_all();  // a shutdown() waiting for the loop stops waiting for good
+  finished.complete();  // after releasing mu_: callbacks may submit
 }
 
 Status Runtime::stopped_status() const {
@@ -521,7 +583,23 @@ void Runtime::loop() {
   // yet) must end on time: the default 50 us timer slack would add more than they last.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 #endif
-  while (run_once()) {
+  // The exception barrier: run_once() turns what throws inside a round into this rank's
+  // failure, reported to every rank by the next round. Should something still escape (a
+  // bug), it is reported the same way; a second escape before that stops this rank alone.
+  for (int escaped = 0;;) {
+    bool more = false;
+    Status s = guarded("the background thread", [&] { more = run_once(); });
+    if (s.ok()) {
+      escaped = 0;
+    } else if (++escaped == 1) {
+      HVD_LOG(Error) << s.message();
+      controller_.fail(s);
+      more = true;
+    } else {
+      abort(s);
+      more = false;
+    }
+    if (!more) break;
   }
   std::lock_guard<std::mutex> lk(mu_);
   loop_exited_ = true;
@@ -533,6 +611,11 @@ void Runtime::shutdown() {
   std::unique_lock<std::mutex> lk(mu_);
   shutdown_requested_ = true;
   cv_.notify_all();
+  if (thread_.joinable() && thread_.get_id() == std::this_thread::get_id()) {
+    // The background thread dropped the last reference after its loop ended (see start()).
+    thread_.detach();
+    return;
+  }
   if (!thread_.joinable()) {
     lk.unlock();
     while (run_once()) {
@@ -540,16 +623,23 @@ void Runtime::shutdown() {
     return;
   }
   // After an abort the thread may be stuck inside a transport call that will never return;
-  // give it a moment, then leave it behind rather than hang the caller.
+  // give it a moment, then leave it behind rather than hang the caller: it holds its own
+  // reference to this runtime, so nothing it touches is freed under it.
   exit_cv_.wait(lk, [&] { return loop_exited_ || stopped_; });
-  bool exited = exit_cv_.wait_for(lk, std::chrono::seconds(10), [&] { return loop_exited_; });
+  bool exited = exit_cv_.wait_for(lk, parts_.shutdown_grace, [&] { return loop_exited_; });
+  const std::string why = stop_status_.message();
   lk.unlock();
-  if (exited) {
-    thread_.join();
-  } else {
-    HVD_LOG(Warning) << "background thread did not stop after: " << stop_status_.message();
+  if (!exited && !weak_from_this().expired()) {
+    HVD_LOG(Warning) << "background thread did not stop after: " << why
+                     << "; left running until its call returns";
     thread_.detach();
+    return;
   }
+  if (!exited) {
+    HVD_LOG(Warning) << "background thread did not stop after: " << why
+                     << "; waiting for it (this runtime is not owned by a shared_ptr)";
+  }
+  thread_.join();
 }
 
 }  // namespace hvd::core

@@ -25,17 +25,26 @@ namespace {
 
 using core::OpType;
 
+// Where this process sits in the job; published with the runtime.
+struct Topology {
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+  bool threads_multiple = false;
+};
+
 struct Global {
-  std::mutex mu;
-  std::unique_ptr<core::Runtime> runtime;
-  std::unique_ptr<ops::PeerMonitor> monitor;
+  std::mutex mu;  // held by init() and shutdown() for their whole run
+  // Guards what user threads read: `runtime`, `topo`, `ever_initialized` (written under mu
+  // and ptr_mu, read under ptr_mu only, so that a call racing shutdown() never sees a freed
+  // runtime: it gets a shared reference or the documented error).
+  std::mutex ptr_mu;
+  std::shared_ptr<core::Runtime> runtime;
+  Topology topo;
+  std::shared_ptr<ops::PeerMonitor> monitor;  // shared with the transports' abort checks
   bool ever_initialized = false;
   bool we_initialized_mpi = false;
   bool atexit_registered = false;
   bool peer_died = false;  // MPI_Finalize would wait for the dead rank: skip it
   MPI_Comm negotiation = MPI_COMM_NULL, data = MPI_COMM_NULL;
-  int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
-  bool threads_multiple = false;
   std::mutex names_mu;
   std::map<std::pair<int32_t, int>, uint64_t> counters;  // (process set, op) -> unnamed calls
 };
@@ -45,23 +54,34 @@ Global& g() {
   return *inst;
 }
 
-}  // namespace
-
-namespace detail {
-
-core::Runtime& runtime(const char* fn) {
+// The published runtime and topology; throws naming `fn` when there is none.
+std::shared_ptr<core::Runtime> published(const char* fn, Topology* topo = nullptr) {
   Global& s = g();
+  std::lock_guard<std::mutex> lk(s.ptr_mu);
   if (!s.runtime) {
     throw Error(precondition(std::string("hvd::") + fn + "() called " +
                              (s.ever_initialized ? "after hvd::shutdown()" : "before hvd::init()") +
                              "; call hvd::init() first"));
   }
-  return *s.runtime;
+  if (topo) *topo = s.topo;
+  return s.runtime;
 }
+
+Topology topology(const char* fn) {
+  Topology t;
+  published(fn, &t);
+  return t;
+}
+
+}  // namespace
+
+namespace detail {
+
+std::shared_ptr<core::Runtime> runtime(const char* fn) { return published(fn); }
 
 std::shared_ptr<core::Runtime> set_runtime(const char* fn, const std::string& name,
                                            const ProcessSet& ps) {
-  core::Runtime& rt = runtime(fn);
+  std::shared_ptr<core::Runtime> rt = runtime(fn);
   auto op = [fn] {
     std::string s(fn);
     if (s.size() > 6 && s.compare(s.size() - 6, 6, "_async") == 0) s.resize(s.size() - 6);
@@ -70,7 +90,7 @@ std::shared_ptr<core::Runtime> set_runtime(const char* fn, const std::string& na
   if (!name.empty() && name[0] == core::kReservedNamePrefix) {
     throw_if_error(core::check_user_name(op(), name));
   }
-  auto r = rt.process_set(ps.id());
+  auto r = rt->process_set(ps.id());
   if (!r.ok()) {
     throw Error(Status(r.status().code(), op() + (name.empty() ? "" : " '" + name + "'") + ": " +
                                               r.status().message()));
@@ -93,13 +113,24 @@ void free_comms(Global& s) {
 }
 
 void shutdown_locked(Global& s) {
-  if (!s.runtime) return;
-  s.runtime->shutdown();
+  std::shared_ptr<core::Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lk(s.ptr_mu);
+    rt = s.runtime;  // stays published: calls racing the shutdown are refused by the runtime
+  }
+  if (!rt) return;
+  rt->shutdown();
+  {
+    std::lock_guard<std::mutex> lk(s.ptr_mu);
+    s.runtime.reset();  // later calls: "called after hvd::shutdown()"
+  }
   bool healthy = !s.monitor || s.monitor->failure().ok();
   if (!healthy) s.peer_died = true;
   if (s.monitor) s.monitor->stop();
   s.monitor.reset();
-  s.runtime.reset();
+  // A background thread stuck in a call (after an abort) keeps its runtime, and through the
+  // transport's abort check the monitor, alive; the communicators stay (not healthy).
+  rt.reset();
   if (healthy) free_comms(s);
   s.negotiation = s.data = MPI_COMM_NULL;
 }
@@ -119,6 +150,7 @@ Status init_locked(Global& s) {
   if (!cfg.ok()) return cfg.status();
   core::set_log_level(cfg.value().log_level);
 
+  Topology t;
   int inited = 0;
   MPI_Initialized(&inited);
   int provided = MPI_THREAD_SINGLE;
@@ -136,21 +168,21 @@ Status init_locked(Global& s) {
     std::atexit(at_exit);
     s.atexit_registered = true;
   }
-  s.threads_multiple = provided == MPI_THREAD_MULTIPLE;
+  t.threads_multiple = provided == MPI_THREAD_MULTIPLE;
   HVD_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &s.negotiation));
   HVD_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &s.data));
   MPI_Comm_set_errhandler(s.negotiation, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(s.data, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &s.size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &t.size);
   MPI_Comm local, cross;
   HVD_MPI_CHECK(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &local));
-  MPI_Comm_rank(local, &s.local_rank);
-  MPI_Comm_size(local, &s.local_size);
-  HVD_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, s.local_rank, s.rank, &cross));
-  MPI_Comm_rank(cross, &s.cross_rank);
-  MPI_Comm_size(cross, &s.cross_size);
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &local));
+  MPI_Comm_rank(local, &t.local_rank);
+  MPI_Comm_size(local, &t.local_size);
+  HVD_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.local_rank, t.rank, &cross));
+  MPI_Comm_rank(cross, &t.cross_rank);
+  MPI_Comm_size(cross, &t.cross_size);
   MPI_Comm_free(&local);
   MPI_Comm_free(&cross);
 
@@ -160,36 +192,42 @@ Status init_locked(Global& s) {
     gethostname(buf, sizeof(buf) - 1);
     host = buf;
   }
-  core::set_log_prefix("[hvd " + std::to_string(s.rank) + "@" + host + "]");
-  if (s.rank == 0) {
+  core::set_log_prefix("[hvd " + std::to_string(t.rank) + "@" + host + "]");
+  if (t.rank == 0) {
     for (const auto& u : unknown) HVD_LOG(Warning) << "unknown variable " << u << " ignored";
     HVD_LOG(Debug) << "configuration:\n" << cfg.value().dump();
   }
 
-  if (cfg.value().peer_monitor && s.size > 1) {
-    s.monitor = std::make_unique<ops::PeerMonitor>();
+  if (cfg.value().peer_monitor && t.size > 1) {
+    s.monitor = std::make_shared<ops::PeerMonitor>();
     HVD_RETURN_IF_ERROR(s.monitor->start(s.negotiation, host));
   }
-  ops::PeerMonitor* mon = s.monitor.get();
+  // Shared: a background thread left stuck by shutdown() may still ask it.
+  std::shared_ptr<ops::PeerMonitor> mon = s.monitor;
   auto should_abort = [mon]() { return mon ? mon->failure() : Status::OK(); };
   core::RuntimeParts parts;
   parts.transport = std::make_unique<ops::MpiTransport>(s.negotiation, should_abort);
   parts.host_executor = std::make_unique<ops::MpiExecutor>(s.data);
-  ops::add_device_executor(&parts, s.data, cfg.value(), s.local_rank);
-  parts.make_process_set = [parent = s.data, world_rank = s.rank, local_rank = s.local_rank,
-                            multiple = s.threads_multiple,
-                            should_abort](int32_t id, const std::vector<int32_t>& ranks,
-                                          core::RuntimeParts* out) {
+  ops::add_device_executor(&parts, s.data, cfg.value(), t.local_rank);
+  parts.make_process_set = [parent = s.data, world_rank = t.rank, local_rank = t.local_rank,
+                            multiple = t.threads_multiple, should_abort,
+                            cfg = cfg.value()](int32_t id, const std::vector<int32_t>& ranks,
+                                               core::RuntimeParts* out) {
     return detail::make_process_set_parts(parent, world_rank, local_rank, multiple, should_abort,
-                                          id, ranks, out);
+                                          cfg, id, ranks, out);
   };
-  s.runtime = std::make_unique<core::Runtime>(cfg.value(), std::move(parts));
+  auto rt = std::make_shared<core::Runtime>(cfg.value(), std::move(parts));
   if (mon) {
-    core::Runtime* rt = s.runtime.get();
-    mon->on_failure([rt](const Status& st) { rt->abort(st); });
+    std::weak_ptr<core::Runtime> weak = rt;
+    mon->on_failure([weak](const Status& st) {
+      if (auto r = weak.lock()) r->abort(st);
+    });
   }
   s.counters.clear();
-  s.runtime->start();
+  rt->start();
+  std::lock_guard<std::mutex> lk(s.ptr_mu);
+  s.runtime = std::move(rt);
+  s.topo = t;
   s.ever_initialized = true;
   return Status::OK();
 }
@@ -310,7 +348,6 @@ void init() {
   Status st = init_locked(s);
   if (!st.ok()) {
     free_comms(s);
-    s.runtime.reset();
     throw Error(Status(st.code(), "hvd::init() failed: " + st.message()));
   }
 }
@@ -321,36 +358,19 @@ void shutdown() {
   shutdown_locked(s);
 }
 
-bool is_initialized() { return g().runtime != nullptr; }
+bool is_initialized() {
+  Global& s = g();
+  std::lock_guard<std::mutex> lk(s.ptr_mu);
+  return s.runtime != nullptr;
+}
 
-int rank() {
-  runtime("rank");
-  return g().rank;
-}
-int size() {
-  runtime("size");
-  return g().size;
-}
-int local_rank() {
-  runtime("local_rank");
-  return g().local_rank;
-}
-int local_size() {
-  runtime("local_size");
-  return g().local_size;
-}
-int cross_rank() {
-  runtime("cross_rank");
-  return g().cross_rank;
-}
-int cross_size() {
-  runtime("cross_size");
-  return g().cross_size;
-}
-bool mpi_threads_supported() {
-  runtime("mpi_threads_supported");
-  return g().threads_multiple;
-}
+int rank() { return topology("rank").rank; }
+int size() { return topology("size").size; }
+int local_rank() { return topology("local_rank").local_rank; }
+int local_size() { return topology("local_size").local_size; }
+int cross_rank() { return topology("cross_rank").cross_rank; }
+int cross_size() { return topology("cross_size").cross_size; }
+bool mpi_threads_supported() { return topology("mpi_threads_supported").threads_multiple; }
 
 bool mpi_built() { return true; }
 bool nccl_built() { return HVD_HAVE_NCCL != 0; }
@@ -438,13 +458,14 @@ void barrier(const ProcessSet& ps) {
 }
 
 void start_timeline(const std::string& path) {
-  throw_if_error(runtime("start_timeline").start_timeline(path));
+  throw_if_error(runtime("start_timeline")->start_timeline(path));
 }
 
-void stop_timeline() { runtime("stop_timeline").stop_timeline(); }
+void stop_timeline() { runtime("stop_timeline")->stop_timeline(); }
 
 RuntimeStats runtime_stats() {
-  const auto& st = runtime("runtime_stats").stats();
+  const auto rt = runtime("runtime_stats");
+  const auto& st = rt->stats();
   RuntimeStats out;
   out.rounds = st.rounds.load();
   out.full_rounds = st.full_rounds.load();

@@ -14,8 +14,10 @@
 
 namespace hvd::detail {
 
-/// The global runtime; throws naming `fn` before init() / after shutdown().
-core::Runtime& runtime(const char* fn);
+/// The global runtime; throws naming `fn` before init() / after shutdown(). Safe to call
+/// while another thread runs shutdown(): the reference keeps the runtime alive, which then
+/// refuses new work with a failed handle.
+std::shared_ptr<core::Runtime> runtime(const char* fn);
 /// The runtime of `ps` on this rank; throws naming the op and tensor when `name` lies in hvd's
 /// own name space (core::check_user_name), the set does not exist or this rank is not a member.
 std::shared_ptr<core::Runtime> set_runtime(const char* fn, const std::string& name,
@@ -45,10 +47,10 @@ core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
                                   double pre, double post);
 /// The ProcessSetFactory of the MPI backend: splits `parent` (collective over all ranks, on the
 /// global background thread) into a negotiation and a data communicator for `ranks`.
-/// `local_rank`: this process's rank on its node (its default GPU).
+/// `local_rank`: this process's rank on its node (its default GPU); `cfg`: the global runtime's.
 Status make_process_set_parts(MPI_Comm parent, int world_rank, int local_rank,
                               bool threads_multiple, std::function<Status()> should_abort,
-                              int32_t id, const std::vector<int32_t>& ranks,
-                              core::RuntimeParts* out);
+                              const core::Config& cfg, int32_t id,
+                              const std::vector<int32_t>& ranks, core::RuntimeParts* out);
 
 }  // namespace hvd::detail

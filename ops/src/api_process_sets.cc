@@ -28,8 +28,8 @@ struct SetComms {
 
 Status make_process_set_parts(MPI_Comm parent, int world_rank, int local_rank,
                               bool threads_multiple, std::function<Status()> should_abort,
-                              int32_t id, const std::vector<int32_t>& ranks,
-                              core::RuntimeParts* out) {
+                              const core::Config& cfg, int32_t id,
+                              const std::vector<int32_t>& ranks, core::RuntimeParts* out) {
   if (!threads_multiple) {
     // Every rank reaches the same verdict: the thread level is the same job-wide.
     return precondition(
@@ -48,7 +48,7 @@ Status make_process_set_parts(MPI_Comm parent, int world_rank, int local_rank,
   out->process_set = id;
   out->transport = std::make_unique<ops::MpiTransport>(comms->negotiation, std::move(should_abort));
   out->host_executor = std::make_unique<ops::MpiExecutor>(comms->data);
-  ops::add_device_executor(out, comms->data, runtime("add_process_set").config(), local_rank);
+  ops::add_device_executor(out, comms->data, cfg, local_rank);
   out->resources = comms;
   return Status::OK();
 }
@@ -56,7 +56,7 @@ Status make_process_set_parts(MPI_Comm parent, int world_rank, int local_rank,
 }  // namespace detail
 
 std::vector<int> ProcessSet::ranks() const {
-  auto r = detail::runtime("ProcessSet::ranks").process_set_ranks(id_);
+  auto r = detail::runtime("ProcessSet::ranks")->process_set_ranks(id_);
   return std::vector<int>(r.begin(), r.end());
 }
 
@@ -76,20 +76,20 @@ void init(const std::vector<std::vector<int>>& process_sets) {
 }
 
 ProcessSet add_process_set(const std::vector<int>& ranks) {
-  core::Runtime& rt = detail::runtime("add_process_set");
-  Handle h = rt.add_process_set(std::vector<int32_t>(ranks.begin(), ranks.end()));
+  auto rt = detail::runtime("add_process_set");
+  Handle h = rt->add_process_set(std::vector<int32_t>(ranks.begin(), ranks.end()));
   h.wait();
   return ProcessSet(static_cast<int32_t>(h.state()->result));
 }
 
 void remove_process_set(const ProcessSet& ps) {
-  core::Runtime& rt = detail::runtime("remove_process_set");
-  rt.remove_process_set(ps.id()).wait();
+  auto rt = detail::runtime("remove_process_set");
+  rt->remove_process_set(ps.id()).wait();
 }
 
 std::vector<ProcessSet> process_sets() {
   std::vector<ProcessSet> out;
-  for (int32_t id : detail::runtime("process_sets").process_set_ids()) out.emplace_back(id);
+  for (int32_t id : detail::runtime("process_sets")->process_set_ids()) out.emplace_back(id);
   return out;
 }
 

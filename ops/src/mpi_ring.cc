@@ -54,15 +54,17 @@ Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEn
   // into staged at its offset), send chunk `sc` to the right from the tensors.
   auto step = [&](const RingChunk& rc, const RingChunk& sc, int tag, bool direct_in_place) {
     reqs.clear();
+    reqs.reserve(rc.pieces.size() + sc.pieces.size() + 2);  // no reallocation while posted
+    SettleRequests settle(&reqs);  // an early error return leaves nothing outstanding
     for (size_t k = 0; k < rc.pieces.size(); ++k) {
       if (!rc.direct[k]) continue;
       void* dst = direct_in_place ? at(rc.pieces[k]) : staged + rc.staged_offset[k] * es;
-      reqs.emplace_back();
+      reqs.push_back(MPI_REQUEST_NULL);
       HVD_MPI_CHECK(MPI_Irecv(dst, static_cast<int>(rc.pieces[k].count), type, left, tag, comm_,
                               &reqs.back()));
     }
     if (rc.packed_elems) {
-      reqs.emplace_back();
+      reqs.push_back(MPI_REQUEST_NULL);
       HVD_MPI_CHECK(MPI_Irecv(staged + (rc.elems - rc.packed_elems) * es,
                               static_cast<int>(rc.packed_elems), type, left, tag, comm_,
                               &reqs.back()));
@@ -71,7 +73,7 @@ Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEn
     for (size_t k = 0; k < sc.pieces.size(); ++k) {
       const RingPiece& p = sc.pieces[k];
       if (sc.direct[k]) {
-        reqs.emplace_back();
+        reqs.push_back(MPI_REQUEST_NULL);
         HVD_MPI_CHECK(
             MPI_Isend(at(p), static_cast<int>(p.count), type, right, tag, comm_, &reqs.back()));
       } else {
@@ -80,7 +82,7 @@ Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEn
       }
     }
     if (sc.packed_elems) {
-      reqs.emplace_back();
+      reqs.push_back(MPI_REQUEST_NULL);
       HVD_MPI_CHECK(MPI_Isend(packed, static_cast<int>(sc.packed_elems), type, right, tag, comm_,
                               &reqs.back()));
     }

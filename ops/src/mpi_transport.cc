@@ -2,6 +2,10 @@
 // Negotiation transport over MPI.
 #include "hvd/ops/mpi_transport.h"
 
+#include <algorithm>
+#include <memory>
+#include <string>
+
 #include "hvd/ops/mpi_util.h"
 
 namespace hvd::ops {
@@ -12,54 +16,82 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::function<Status()> should_abort)
   MPI_Comm_size(comm_, &size_);
 }
 
+// Each call's buffers live in one shared block, so that a request given up on (a dead peer)
+// can keep them alive (wait_request) instead of MPI writing into freed memory.
+
 Status MpiTransport::allreduce_and(std::vector<uint64_t>* words) {
+  auto buf = std::make_shared<std::vector<uint64_t>>(std::move(*words));
   MPI_Request req;
-  HVD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, words->data(), static_cast<int>(words->size()),
+  HVD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf->data(), static_cast<int>(buf->size()),
                                MPI_UINT64_T, MPI_BAND, comm_, &req));
-  return wait_request(&req, should_abort_);
+  HVD_RETURN_IF_ERROR(wait_request(&req, should_abort_, buf));
+  *words = std::move(*buf);
+  return Status::OK();
 }
 
 Status MpiTransport::gather(const std::vector<uint8_t>& mine,
                             std::vector<std::vector<uint8_t>>* at_root) {
-  int my_size = static_cast<int>(mine.size());
-  std::vector<int> sizes(rank_ == 0 ? static_cast<size_t>(size_) : 0);
+  struct Buffers {
+    int my_size = 0;
+    std::vector<int> sizes, displs;
+    std::vector<uint8_t> mine, all;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->mine = mine;
+  b->my_size = static_cast<int>(mine.size());
+  b->sizes.resize(static_cast<size_t>(size_));
+  // Every rank learns every size (not only rank 0), so all reach the same verdict on the
+  // total below and none is left waiting in the gather.
   MPI_Request req;
-  HVD_MPI_CHECK(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_, &req));
-  HVD_RETURN_IF_ERROR(wait_request(&req, should_abort_));
-  std::vector<int> displs;
-  std::vector<uint8_t> all;
-  if (rank_ == 0) {
-    displs.resize(static_cast<size_t>(size_));
-    int64_t total = 0;
-    for (int i = 0; i < size_; ++i) {
-      displs[static_cast<size_t>(i)] = static_cast<int>(total);
-      total += sizes[static_cast<size_t>(i)];
-    }
-    if (total > INT32_MAX) return internal_error("negotiation message over 2 GiB");
-    all.resize(static_cast<size_t>(total));
+  HVD_MPI_CHECK(MPI_Iallgather(&b->my_size, 1, MPI_INT, b->sizes.data(), 1, MPI_INT, comm_, &req));
+  HVD_RETURN_IF_ERROR(wait_request(&req, should_abort_, b));
+  b->displs.resize(static_cast<size_t>(size_));
+  int64_t total = 0;
+  for (int i = 0; i < size_; ++i) {
+    b->displs[static_cast<size_t>(i)] = static_cast<int>(std::min<int64_t>(total, INT32_MAX));
+    total += b->sizes[static_cast<size_t>(i)];
   }
-  HVD_MPI_CHECK(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(),
-                             displs.data(), MPI_BYTE, 0, comm_, &req));
-  HVD_RETURN_IF_ERROR(wait_request(&req, should_abort_));
+  if (total > INT32_MAX) {
+    return internal_error("this round's request lists total " + std::to_string(total) +
+                          " bytes over " + std::to_string(size_) +
+                          " ranks, over MPI's 2 GiB message limit (fewer collectives in flight "
+                          "per round, or shorter names)");
+  }
+  if (rank_ == 0) b->all.resize(static_cast<size_t>(total));
+  HVD_MPI_CHECK(MPI_Igatherv(b->mine.data(), b->my_size, MPI_BYTE, b->all.data(), b->sizes.data(),
+                             b->displs.data(), MPI_BYTE, 0, comm_, &req));
+  HVD_RETURN_IF_ERROR(wait_request(&req, should_abort_, b));
   if (rank_ == 0 && at_root) {
     at_root->assign(static_cast<size_t>(size_), {});
     for (int i = 0; i < size_; ++i) {
-      auto b = all.begin() + displs[static_cast<size_t>(i)];
-      (*at_root)[static_cast<size_t>(i)].assign(b, b + sizes[static_cast<size_t>(i)]);
+      auto first = b->all.begin() + b->displs[static_cast<size_t>(i)];
+      (*at_root)[static_cast<size_t>(i)].assign(first, first + b->sizes[static_cast<size_t>(i)]);
     }
   }
   return Status::OK();
 }
 
 Status MpiTransport::broadcast(std::vector<uint8_t>* bytes) {
-  int64_t n = static_cast<int64_t>(bytes->size());
+  struct Buffers {
+    int64_t n = 0;
+    std::vector<uint8_t> bytes;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->bytes = std::move(*bytes);
+  b->n = static_cast<int64_t>(b->bytes.size());
   MPI_Request req;
-  HVD_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_INT64_T, 0, comm_, &req));
-  HVD_RETURN_IF_ERROR(wait_request(&req, should_abort_));
-  if (n > INT32_MAX) return internal_error("negotiation message over 2 GiB");
-  bytes->resize(static_cast<size_t>(n));
-  HVD_MPI_CHECK(MPI_Ibcast(bytes->data(), static_cast<int>(n), MPI_BYTE, 0, comm_, &req));
-  return wait_request(&req, should_abort_);
+  HVD_MPI_CHECK(MPI_Ibcast(&b->n, 1, MPI_INT64_T, 0, comm_, &req));
+  HVD_RETURN_IF_ERROR(wait_request(&req, should_abort_, b));
+  // Rank 0's size, the same verdict everywhere.
+  if (b->n > INT32_MAX) {
+    return internal_error("the response list is " + std::to_string(b->n) +
+                          " bytes, over MPI's 2 GiB message limit");
+  }
+  b->bytes.resize(static_cast<size_t>(b->n));
+  HVD_MPI_CHECK(MPI_Ibcast(b->bytes.data(), static_cast<int>(b->n), MPI_BYTE, 0, comm_, &req));
+  HVD_RETURN_IF_ERROR(wait_request(&req, should_abort_, b));
+  *bytes = std::move(b->bytes);
+  return Status::OK();
 }
 
 }  // namespace hvd::ops

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "hvd/core/handle.h"
@@ -61,8 +62,24 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
+void keep_forever(std::shared_ptr<void> p) {
+  static std::mutex* mu = new std::mutex();  // never destroyed: MPI may outlive statics
+  static auto* kept = new std::vector<std::shared_ptr<void>>();
+  std::lock_guard<std::mutex> lk(*mu);
+  kept->push_back(std::move(p));
+}
+
+SettleRequests::~SettleRequests() {
+  for (MPI_Request& r : *reqs_) {
+    if (r == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+  }
+  reqs_->clear();
+}
+
 Status wait_request(MPI_Request* req, const std::function<Status()>& should_abort,
-                    int max_sleep_us) {
+                    const std::shared_ptr<void>& buffers, int max_sleep_us) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   const auto spin_until = start + std::chrono::microseconds(20);
@@ -72,11 +89,18 @@ Status wait_request(MPI_Request* req, const std::function<Status()>& should_abor
   int sleep_us = 10;
   for (int i = 0;; ++i) {
     int flag = 0;
-    HVD_MPI_CHECK(MPI_Test(req, &flag, MPI_STATUS_IGNORE));
+    const int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      keep_forever(buffers);  // the request's state is unknown
+      return mpi_error(rc, "MPI_Test", __FILE__, __LINE__);
+    }
     if (flag) return Status::OK();
     if ((i & 15) == 0 && should_abort) {
       Status s = should_abort();
-      if (!s.ok()) return s;  // the request is abandoned: its peers are gone
+      if (!s.ok()) {
+        keep_forever(buffers);  // given up (its peers are gone): MPI may still use them
+        return s;
+      }
     }
     const auto now = clock::now();
     if (now < spin_until) continue;

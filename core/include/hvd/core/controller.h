@@ -20,6 +20,12 @@
 //  4. The round's list = cached responses, then the broadcast ones. Every rank then caches the
 //     new successful single-tensor responses in list order, so caches stay identical.
 //
+// Failures are symmetric: a rank whose background thread failed (an exception, see fail())
+// sets an "error" flag word, which makes the round full, and sends its error to rank 0 with
+// its requests. Rank 0 always broadcasts: a list carrying every rank's error (also when it
+// cannot read some rank's request list, or coordinating throws), and every rank then returns
+// that same error from run_round() (the runtime stops and fails every pending handle).
+//
 // Join: a rank that called join() clears its bit in a per-rank "joined" word of the round's
 // AND (so every rank learns the joined set) and keeps taking part in rounds. While any rank has
 // joined, every round is a full round, pending cached requests go to rank 0 like uncached ones
@@ -52,6 +58,7 @@ struct StalledTensor {
   std::string name;
   std::vector<int> submitted;  ///< ranks that submitted it
   std::vector<int> missing;    ///< ranks that have not
+  double waited_s = 0;         ///< seconds since the first rank's request reached rank 0
 };
 
 /// The time source of stall detection: steady_clock unless a test injects a fake one.
@@ -81,16 +88,37 @@ class Controller {
   /// `*e` must stay valid and its request unchanged until run_round() returned it or its
   /// response (or the controller is destroyed), so the runtime's table entry is the only copy.
   void submit(TensorEntry* e);
-  /// True while this rank has requests not yet answered (a joined rank always has: its join).
-  bool has_pending() const { return !uncached_.empty() || num_pending_ > 0 || waiting_ > 0; }
+  /// True while this rank has requests not yet answered (a joined rank always has: its join),
+  /// or a failure to report.
+  bool has_pending() const {
+    return !uncached_.empty() || num_pending_ > 0 || waiting_ > 0 || !local_error_.empty();
+  }
+  /// Records a failure of this rank (the first one counts): the next round is a full round
+  /// that stops every rank with it ("rank <r>: <message>").
+  void fail(const Status& s);
   /// True between submitting a join and its response.
   bool joined() const { return joined_; }
-  /// Runs one round (see the file comment).
+  /// Runs one round (see the file comment). Never throws: what throws inside becomes this
+  /// rank's failure (fail()). An error return is the same on every rank when it comes from the
+  /// broadcast (a rank's failure); a transport error is this rank's own.
   Status run_round(bool want_shutdown, RoundResult* out);
 
   /// Requests rank 0 has had from some ranks but not all for at least `older_than_s` seconds
   /// by now(), in name order (rank 0 only).
   std::vector<StalledTensor> stalled(double older_than_s) const;
+
+  // Stall inspection (protocol in stall_inspector.h).
+  /// Cached requests pending `s` seconds are re-sent through rank 0, which times them (0: never).
+  void set_stall_threshold(double s);
+  /// Rank 0: every rank sends its pending names after the next round (pending_names()).
+  void request_pending_names() { want_pending_names_ = true; }
+  /// Rank 0: true once a round collected the pending names asked for by request_pending_names().
+  bool pending_names_fresh() const { return !want_pending_names_ && names_collected_; }
+  /// Rank 0: per rank, the names it had pending at the last collection (sorted).
+  const std::vector<std::vector<std::string>>& pending_names() const { return pending_names_; }
+  /// Rank 0: stops every rank at the next round with `why` (the first call counts): the round's
+  /// broadcast carries it and every rank's pending handles fail with it.
+  void stop_every_rank(const std::string& why);
   /// The current time of the stall clock.
   std::chrono::steady_clock::time_point now() const {
     return clock_ ? clock_() : std::chrono::steady_clock::now();
@@ -99,6 +127,14 @@ class Controller {
 
  private:
   struct Pending;
+  /// After the round's AND: invalidated and ready cache bits (may throw).
+  void decode_round(const std::vector<uint64_t>& words, size_t nw, const std::vector<int>& joined,
+                    RoundResult* out);
+  /// Gather to rank 0, coordinate, broadcast.
+  Status full_round(bool want_shutdown, const std::vector<int>& joined, RoundResult* out);
+  /// Rank 0: the serialized response list for every rank's request list (may throw).
+  std::vector<uint8_t> coordinate(const std::vector<std::vector<uint8_t>>& all,
+                                  const std::vector<int>& joined);
   void coordinator_add(const Request& r, const std::vector<int>& joined,
                        std::vector<Response>* ready);
   bool coordinator_ready(const Pending& p, const std::vector<int>& joined) const;
@@ -108,6 +144,10 @@ class Controller {
   void cache_new_responses(const std::vector<Response>& responses, bool any_joined);
   void set_pending(uint32_t bit, TensorEntry* e);
   TensorEntry* take_pending(uint32_t bit);
+  /// Marks cached requests pending for the stall threshold invalid (re-sent through rank 0).
+  void demote_stale_cached();
+  /// After a round whose flags asked for it: every rank's pending names to rank 0.
+  Status exchange_pending_names();
 
   Transport* transport_;
   StallClock clock_;
@@ -122,6 +162,13 @@ class Controller {
   int64_t waiting_ = 0;                                 // sent to rank 0, no response yet
   std::unordered_map<std::string, TensorEntry*> sent_;  // name -> my entry sent to rank 0
   bool joined_ = false;                                 // join() submitted, not yet answered
+  std::string local_error_;                             // fail(): sent at the next round
+  // Stall inspection: when each cached request became pending, the threshold, rank 0's ask.
+  std::vector<std::chrono::steady_clock::time_point> pending_since_;
+  double stall_threshold_s_ = 0;
+  std::chrono::steady_clock::time_point last_demote_scan_{};
+  bool want_pending_names_ = false, names_collected_ = false;
+  std::vector<std::vector<std::string>> pending_names_;
 
   // Coordinator (rank 0) state.
   struct Pending {

@@ -59,7 +59,6 @@ struct HandleState {
   std::vector<int64_t> received_splits;  ///< alltoall
   /// join: the last rank to join; add_process_set: the new set's id.
   int64_t result = -1;
-  std::function<void(const Status&)> callback;
   /// Device work still running after the collective was launched: added before complete(),
   /// each removed (under mu) once it finished. Its first error goes to `device_status`, written
   /// before `device_done` is set (`status` never changes once `done` is set).
@@ -67,14 +66,24 @@ struct HandleState {
   Status device_status;
   std::atomic<bool> device_done{true};
 
-  /// Completes once; later calls are ignored.
+  /// Completes once; later calls are ignored. Runs the callback (then()) on this thread.
+  /// Lock contract: the runtime calls it (and complete_after) only after releasing its own
+  /// lock, so a callback may submit collectives (it must not wait for one: it runs on the
+  /// background thread that would run it).
   void complete(Status s);
+  /// Runs `cb` with `status` once complete() ran: at once on this thread when it already did,
+  /// else on the completing thread (see complete()). One callback per handle; setting another
+  /// before completion replaces it.
+  void then(std::function<void(const Status&)> cb);
   /// Completes once `device` also finishes: `pending` is added to `device` first (null: none).
   void complete_after(Status s, std::shared_ptr<Completion> pending);
   /// True once the device work (if any) finished. Never blocks.
   bool device_settled();
   /// The final status: `status`, else the device work's (call once done and device_settled()).
   const Status& final_status() const { return status.ok() ? device_status : status; }
+
+ private:
+  std::function<void(const Status&)> callback_;  // guarded by mu; see then()
 };
 
 /// A new handle state; its memory is recycled (cheaper than malloc for bursts of thousands).

@@ -92,17 +92,23 @@ Status about(const Request& r, const Status& s);
 struct RequestList {
   std::vector<Request> requests;
   bool shutdown = false;
+  /// Non-empty: this rank failed (an exception on its background thread); every rank stops.
+  std::string error;
 };
 
 /// The coordinator's answer for one round.
 struct ResponseList {
   std::vector<Response> responses;      ///< each carries its own joined ranks
   std::vector<int32_t> shutdown_ranks;  ///< ranks that asked to shut down (empty: none)
+  /// Non-empty: the round failed (a rank's error, a request list rank 0 could not read or an
+  /// exception on rank 0); every rank stops with this error, the same on all of them.
+  std::string error;
 };
 
 std::vector<uint8_t> serialize(const RequestList& l);
-/// The same bytes as serialize(RequestList{requests, shutdown}), from pointers.
-std::vector<uint8_t> serialize_requests(const std::vector<const Request*>& requests, bool shutdown);
+/// The same bytes as serialize(RequestList{requests, shutdown, error}), from pointers.
+std::vector<uint8_t> serialize_requests(const std::vector<const Request*>& requests, bool shutdown,
+                                        const std::string& error = "");
 std::vector<uint8_t> serialize(const ResponseList& l);
 Result<RequestList> parse_request_list(const uint8_t* data, size_t size);
 Result<ResponseList> parse_response_list(const uint8_t* data, size_t size);

@@ -20,6 +20,7 @@
 #include "hvd/core/executor.h"
 #include "hvd/core/handle.h"
 #include "hvd/core/output_pool.h"
+#include "hvd/core/stall_inspector.h"
 #include "hvd/core/timeline.h"
 #include "hvd/core/transport.h"
 
@@ -48,6 +49,9 @@ struct RuntimeParts {
   /// Time source of stall detection (null: steady_clock); tests inject a fake one so that
   /// they need not sleep HVD_STALL_CHECK_TIME_SECONDS.
   StallClock clock{};
+  /// How long shutdown() waits, after an abort, for a background thread stuck in a transport
+  /// call before it leaves the thread behind (see Runtime::shutdown).
+  std::chrono::milliseconds shutdown_grace{10000};
 };
 
 /// User threads call enqueue(); only the background thread talks to the transport and the
@@ -59,7 +63,13 @@ struct RuntimeParts {
 /// another (the MPI backend needs MPI_THREAD_MULTIPLE for more than one set). Sets are added
 /// and removed by collectives over the global set, executed by the global background thread
 /// in the same order on every rank, so set ids agree everywhere.
-class Runtime {
+///
+/// Lifetime: own a started runtime through a std::shared_ptr and call shutdown() before
+/// letting it go. Its background thread then holds a reference while it runs, so a thread
+/// left stuck in a transport call by shutdown() never touches freed memory (the runtime is
+/// destroyed, on that thread, when the call returns). A runtime not owned by a shared_ptr
+/// (tests that step it) is never left running: its shutdown() waits for the thread.
+class Runtime : public std::enable_shared_from_this<Runtime> {
  public:
   Runtime(Config config, RuntimeParts parts);
   ~Runtime();
@@ -83,21 +93,27 @@ class Runtime {
   /// Collective over the global set; fails when some rank still has work in flight on `id`.
   Handle remove_process_set(int32_t id);
   /// The runtime running set `id` on this rank (this runtime for its own id). Errors name the
-  /// set: unknown or removed, or this rank is not a member.
+  /// set: unknown or removed, or this rank is not a member. The pointer shares ownership when
+  /// this runtime is owned by a shared_ptr (it then stays valid after the owner lets go).
   Result<std::shared_ptr<Runtime>> process_set(int32_t id);
   /// Global ranks of set `id` (all ranks for 0); empty when there is no such set.
   std::vector<int32_t> process_set_ranks(int32_t id) const;
   /// Ids of the sets that exist (0 first).
   std::vector<int32_t> process_set_ids() const;
   int32_t process_set_id() const { return parts_.process_set; }
-  /// Finishes or fails everything in flight, stops the background thread. Idempotent.
+  /// Finishes or fails everything in flight, stops the background thread. Idempotent. After
+  /// an abort, a thread still stuck in a transport call after RuntimeParts::shutdown_grace is
+  /// left behind, holding its own reference to this runtime (see the class comment). Calls
+  /// racing shutdown() on other threads get failed handles ("submitted while hvd is shutting
+  /// down", or the stop status), never a crash.
   void shutdown();
   /// Fails every pending handle and every later call with `s` (fatal transport error, dead peer).
   void abort(const Status& s);
   /// One negotiation round plus execution. Returns false once the runtime has stopped.
   bool run_once();
 
-  /// Starts writing the timeline to `path` (rank 0 of the global set; a no-op elsewhere),
+  /// Starts writing the timeline to `path` (rank 0 of the global set, every rank of it with
+  /// HVD_TIMELINE_ALL_RANKS to Timeline::path_for_rank(path, rank); a no-op elsewhere),
   /// closing any timeline already being written. Errors when the file cannot be opened.
   Status start_timeline(const std::string& path);
   /// Closes the timeline (a valid JSON array). No-op when none is being written.
@@ -131,14 +147,11 @@ class Runtime {
   void drop_idle_slots();
   /// A handle failed at once with `why`, naming the op and tensor `fill` describes.
   static Handle refuse(const std::function<void(TensorEntry*)>& fill, const Status& why);
-  /// Rank 0: at most once per HVD_STALL_CHECK_TIME_SECONDS (by the stall clock), one warning
-  /// naming every tensor some ranks submitted that long ago and others still have not.
-  void check_stalls();
   /// How long an idle loop sleeps before taking part in a round anyway (zero: until work
   /// comes). Collective rounds need every rank, so without these heartbeats one rank that
   /// never submits would leave the others blocked in a round and rank 0 unable to see (and
   /// report) the stall.
-  std::chrono::milliseconds idle_heartbeat() const;
+  std::chrono::milliseconds idle_heartbeat() const { return stall_.heartbeat(); }
   /// The table entry of an add/remove process-set collective (names numbered per runtime).
   TensorEntry set_op_entry(OpType op, const char* prefix);
   void execute(const Response& r);
@@ -150,7 +163,12 @@ class Runtime {
            const std::vector<TensorEntry*>& mine);
   Status execute_process_set_op(const Response& r, TensorEntry* e);
   /// Rank 0 of the global set: the one runtime that writes a timeline.
-  bool writes_timeline() const { return rank_ == 0 && parts_.process_set == 0; }
+  /// (HVD_TIMELINE_ALL_RANKS: every rank of the global set.)
+  bool writes_timeline() const {
+    return (rank_ == 0 || config_.timeline_all_ranks) && parts_.process_set == 0;
+  }
+  /// The timeline being written (null: none, or not written on this rank).
+  std::shared_ptr<Timeline> active_timeline() const;
   void shutdown_children();
 
   Config config_;
@@ -190,8 +208,7 @@ class Runtime {
   std::thread thread_;
   bool loop_exited_ = false;
   std::condition_variable exit_cv_;
-  // Stall clock times (rank 0, background thread): last look at the table, last warning.
-  std::chrono::steady_clock::time_point last_stall_check_{}, last_stall_warning_{};
+  StallInspector stall_;  // rank 0 reports (and may stop on) stalls after each round
   Stats stats_;
   // Outputs hvd allocates come from here, so repeated calls reuse mapped memory.
   std::shared_ptr<OutputPool> pool_ = OutputPool::create();

@@ -10,7 +10,8 @@
 
 namespace hvd::ops {
 
-/// Implements the controller's primitives with MPI_Iallreduce / MPI_Igather(v) / MPI_Ibcast,
+/// Implements the controller's primitives with MPI_Iallreduce / MPI_Iallgather + MPI_Igatherv /
+/// MPI_Ibcast,
 /// each completed by wait_request() so a rank waiting for absent peers sleeps instead of
 /// spinning, and gives up when `should_abort` reports a dead peer.
 class MpiTransport : public core::Transport {
