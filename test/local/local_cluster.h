@@ -20,6 +20,7 @@
 #include "hvd/core/executor.h"
 #include "hvd/core/local_transport.h"
 #include "hvd/core/runtime.h"
+#include "hvd/ops/cpu_kernels.h"
 
 namespace hvd::test {
 
@@ -34,10 +35,10 @@ using core::TensorEntry;
 /// Host allreduce (Sum/Average/Min/Max/Product on float32/float64/int32/int64, fused or not),
 /// broadcast, allgather (any dtype, fused or not), alltoall (splits) and reducescatter (Sum,
 /// Average), moving bytes through its own LocalHub, with the semantics of ops/src/mpi_*.cc:
-/// floats get out = post * reduce(pre * in); allreduce Average divides by the ranks that
-/// contributed data (not the joined ones), reducescatter Average by the set size (integers
-/// truncate); reducescatter gives ranks 0 .. R%N-1 R/N+1 rows and the rest R/N. Joined ranks
-/// run through here too, with the runtime's stand-in entries (zeros, no rows).
+/// out = post * reduce(pre * in), integers scaled by ops::scale_in_place; allreduce Average divides
+/// by the ranks that contributed data (not the joined ones), reducescatter Average by the set size
+/// (integers truncate); reducescatter gives ranks 0 .. R%N-1 R/N+1 rows and the rest R/N. Joined
+/// ranks run through here too, with the runtime's stand-in entries (zeros, no rows).
 class TestExecutor : public core::Executor {
  public:
   TestExecutor(std::shared_ptr<LocalHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
@@ -109,6 +110,9 @@ class TestExecutor : public core::Executor {
     for (size_t k = 0; k < all.size(); ++k) {
       if (all[k].size() != bytes) return internal_error("ranks sent different sizes");
       if (bytes) std::memcpy(v.data(), all[k].data(), bytes);
+      // Integers scale as the MPI executor scales them (ops::scale_in_place).
+      if (!std::is_floating_point<T>::value)
+        ops::scale_in_place(v.data(), r.dtype, static_cast<int64_t>(n), r.prescale);
       for (size_t i = 0; i < n; ++i) {
         T x = v[i];
         if (std::is_floating_point<T>::value) x = static_cast<T>(x * r.prescale);
@@ -125,9 +129,16 @@ class TestExecutor : public core::Executor {
         }
       }
     }
+    if (!std::is_floating_point<T>::value) {
+      // One factor, as the MPI executor: postscale / ranks for an Average.
+      const double post =
+          r.postscale / (r.reduce_op == ReduceOp::kAverage ? static_cast<double>(divisor) : 1.0);
+      ops::scale_in_place(acc.data(), r.dtype, static_cast<int64_t>(n), post);
+      return Status::OK();
+    }
     for (auto& x : acc) {
       if (r.reduce_op == ReduceOp::kAverage) x = static_cast<T>(x / static_cast<T>(divisor));
-      if (std::is_floating_point<T>::value) x = static_cast<T>(x * r.postscale);
+      x = static_cast<T>(x * r.postscale);
     }
     return Status::OK();
   }

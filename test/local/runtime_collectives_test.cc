@@ -88,6 +88,28 @@ TEST_CASE("allreduce applies the negotiated prescale and postscale", "[local]") 
   }
 }
 
+TEST_CASE("integer allreduce applies prescale and postscale as the MPI executor does", "[local]") {
+  // As ops::scale_in_place: integers scaled through double and truncated; an Average divides
+  // by the ranks (integer division when the factor is 1 / an integer).
+  Cluster c(2);
+  c.start_all();
+  Tensor<int32_t> a({1, 5}), b({2, 7});
+  Opts o;
+  o.prescale = 2.0;
+  o.postscale = 3.0;
+  run_both(c, "iscaled", a, b, o);
+  REQUIRE(a.out == std::vector<int32_t>{18, 72});  // 3 * (2*1 + 2*2), 3 * (2*5 + 2*7)
+  REQUIRE(b.out == a.out);
+  Tensor<int64_t> x({4, 9}), y({8, 3});
+  Opts avg;
+  avg.reduce = ReduceOp::kAverage;
+  avg.prescale = 0.5;
+  avg.postscale = 2.0;
+  run_both(c, "iscaled.avg", x, y, avg);
+  REQUIRE(x.out == std::vector<int64_t>{6, 5});  // (2 + 4) * 2 / 2, (int(4.5)=4 + 1) * 2 / 2
+  REQUIRE(y.out == x.out);
+}
+
 TEST_CASE("out-of-order submission across ranks completes with correct values", "[local]") {
   const int n = 3;
   Cluster c(n);
