@@ -14,6 +14,8 @@ if(HVD_HAVE_TORCH)
   list(APPEND _hvd_export_targets hvd_optimizer hvd_torch)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/optimizer/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endif()
+# hvd-timeline: the timeline report (Python 3 standard library only).
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/hvd-timeline DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ${_hvd_export_targets} EXPORT hvdTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -25,6 +25,7 @@ const Var kLog{"HVD_LOG_LEVEL", "HOROVOD_LOG_LEVEL"};
 const Var kStall{"HVD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS"};
 const Var kMonitor{"HVD_PEER_MONITOR", nullptr};
 const Var kTimeline{"HVD_TIMELINE", "HOROVOD_TIMELINE"};
+const Var kTimelineAll{"HVD_TIMELINE_ALL_RANKS", nullptr};
 const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
 const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
 // Variables other parts of hvd read through their own layers (the launcher's test hosts).
@@ -121,6 +122,7 @@ Result<Config> Config::from_env(const Lookup& lookup, const std::vector<std::str
   HVD_RETURN_IF_ERROR(r.real(kStall, 0.0, &c.stall_warning_s));
   HVD_RETURN_IF_ERROR(r.boolean(kMonitor, &c.peer_monitor));
   HVD_RETURN_IF_ERROR(r.boolean(kHierarchical, &c.hierarchical_allreduce));
+  HVD_RETURN_IF_ERROR(r.boolean(kTimelineAll, &c.timeline_all_ranks));
   if (auto kv = r.get(kTimeline)) c.timeline = kv->first;
   if (auto kv = r.get(kHostname)) c.hostname = kv->first;
   if (c.cache_capacity > (1 << 20)) {
@@ -130,7 +132,7 @@ Result<Config> Config::from_env(const Lookup& lookup, const std::vector<std::str
   if (unknown) {
     std::set<std::string> known;
     for (const Var* v : {&kFusion, &kDirect, &kCycle, &kCache, &kLog, &kStall, &kMonitor,
-                         &kTimeline, &kHostname, &kHierarchical}) {
+                         &kTimeline, &kTimelineAll, &kHostname, &kHierarchical}) {
       known.insert(v->hvd);
     }
     for (const char* n : kOtherKnown) known.insert(n);
@@ -166,6 +168,7 @@ std::string Config::dump() const {
     << "HVD_STALL_CHECK_TIME_SECONDS=" << stall_warning_s << "\n"
     << "HVD_PEER_MONITOR=" << (peer_monitor ? 1 : 0) << "\n"
     << "HVD_TIMELINE=" << timeline << "\n"
+    << "HVD_TIMELINE_ALL_RANKS=" << (timeline_all_ranks ? 1 : 0) << "\n"
     << "HVD_HIERARCHICAL_ALLREDUCE=" << (hierarchical_allreduce ? 1 : 0) << "\n";
   return o.str();
 }

@@ -1,50 +1,198 @@
 // SPDX-License-Identifier: Apache-2.0
-// Chrome-trace timeline writer.
+// Timeline events: one row per tensor with its phases, one row of negotiation rounds (the
+// format is described in timeline.h; the file and its writer thread in timeline_writer.cc).
 #include "hvd/core/timeline.h"
 
-#include <string>
+#include <algorithm>
+#include <cstdio>
+
+#include "timeline_writer.h"
 
 namespace hvd::core {
 namespace {
 
+thread_local PhaseLog* t_active = nullptr;
+
 std::string json_escape(const std::string& s) {
   std::string out;
+  out.reserve(s.size());
   for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
   }
   return out;
 }
 
+// Microseconds of the steady clock (CLOCK_MONOTONIC: the same on every rank of one host, so
+// the files of several ranks line up).
+double us(Timeline::Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
+}
+
+double us(std::chrono::nanoseconds d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
+
+std::string ranks_json(const std::vector<int>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+// A complete event ("X"): `args` is a JSON object body without braces (may be empty).
+std::string span(const char* name, const char* cat, int pid, int tid, double ts, double dur,
+                 const std::string& args) {
+  char head[256];
+  std::snprintf(head, sizeof head,
+                "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
+                "\"ts\":%.3f,\"dur\":%.3f,\"args\":{",
+                name, cat, pid, tid, ts, std::max(dur, 0.0));
+  return head + args + "}}";
+}
+
+std::string instant(const char* name, const char* cat, int pid, int tid, double ts,
+                    const std::string& args) {
+  char head[256];
+  std::snprintf(head, sizeof head,
+                "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,"
+                "\"tid\":%d,\"ts\":%.3f,\"args\":{",
+                name, cat, pid, tid, ts);
+  return head + args + "}}";
+}
+
+std::string metadata(const char* what, int pid, int tid, const std::string& value_json) {
+  return "{\"name\":\"" + std::string(what) + "\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
+         ",\"tid\":" + std::to_string(tid) + ",\"args\":{" + value_json + "}}";
+}
+
 }  // namespace
 
-Timeline::Timeline(const std::string& path) : f_(std::fopen(path.c_str(), "w")) {
-  if (f_) std::fputs("[\n", f_);
+PhaseScope::PhaseScope(Phase phase, const char* call) : log_(t_active), phase_(phase) {
+  if (!log_) return;
+  if (call) log_->call = call;
+  start_ = std::chrono::steady_clock::now();
+}
+
+PhaseScope::~PhaseScope() {
+  if (!log_) return;
+  log_->spent[static_cast<int>(phase_)] += std::chrono::steady_clock::now() - start_;
+  ++log_->scopes;
+}
+
+PhaseLog* PhaseScope::set_active(PhaseLog* log) {
+  PhaseLog* old = t_active;
+  t_active = log;
+  return old;
+}
+
+Timeline::Timeline(const std::string& path, int rank)
+    : rank_(rank), writer_(std::make_unique<TimelineWriter>(path)) {
+  if (!writer_->ok()) return;
+  emit(metadata("process_name", rank_, 0, "\"name\":\"hvd rank " + std::to_string(rank_) + "\""));
+  emit(metadata("process_sort_index", rank_, 0, "\"sort_index\":" + std::to_string(rank_)));
+  emit(metadata("thread_name", rank_, 0, "\"name\":\"negotiation\""));
+  emit(metadata("thread_sort_index", rank_, 0, "\"sort_index\":0"));
 }
 
 Timeline::~Timeline() {
-  if (!f_) return;
-  std::fputs("\n]\n", f_);
-  std::fclose(f_);
+  if (writer_->dropped() > 0) {
+    emit(metadata("hvd_dropped_events", rank_, 0,
+                  "\"count\":" + std::to_string(writer_->dropped())));
+  }
+  writer_->close();
 }
 
-void Timeline::record(const Response& r, int64_t bytes, Clock::time_point start,
-                      Clock::time_point end, bool success) {
-  if (!f_) return;
-  using us = std::chrono::microseconds;
-  const long long ts = std::chrono::duration_cast<us>(start - origin_).count();
-  const long long dur = std::chrono::duration_cast<us>(end - start).count();
-  const std::string name = r.names.empty() ? std::string(op_name(r.op)) : r.names.front();
-  std::lock_guard<std::mutex> lk(mu_);
-  std::fprintf(f_,
-               "%s{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,"
-               "\"pid\":%d,\"tid\":0,\"args\":{\"tensors\":%zu,\"bytes\":%lld,\"ok\":%s}}",
-               first_ ? "" : ",\n", json_escape(name).c_str(), op_name(r.op), ts, dur,
-               static_cast<int>(r.process_set), r.names.size(), static_cast<long long>(bytes),
-               success ? "true" : "false");
-  first_ = false;
-  std::fflush(f_);
+bool Timeline::ok() const { return writer_->ok(); }
+
+void Timeline::start() { writer_->start(); }
+
+uint64_t Timeline::dropped() const { return writer_->dropped(); }
+
+std::string Timeline::path_for_rank(const std::string& path, int rank) {
+  const std::string tag = ".rank" + std::to_string(rank);
+  const std::string ext = ".json";
+  if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0) {
+    return path.substr(0, path.size() - ext.size()) + tag + ext;
+  }
+  return path + tag;
+}
+
+void Timeline::emit(std::string line) { writer_->push(std::move(line)); }
+
+int Timeline::tid_for(const std::string& name) {
+  auto it = tids_.find(name);
+  if (it != tids_.end()) return it->second;
+  const int tid = static_cast<int>(tids_.size()) + 1;  // row 0: negotiation
+  tids_.emplace(name, tid);
+  emit(metadata("thread_name", rank_, tid, "\"name\":\"" + json_escape(name) + "\""));
+  emit(metadata("thread_sort_index", rank_, tid, "\"sort_index\":" + std::to_string(tid)));
+  return tid;
+}
+
+void Timeline::record_round(Clock::time_point start, Clock::time_point end, bool full,
+                            size_t cached, size_t responses,
+                            const std::vector<StalledTensor>& partial) {
+  last_round_end_ = end;
+  ++rounds_;
+  for (const StalledTensor& t : partial) late_.try_emplace(t.name, t.missing);
+  const std::string args =
+      "\"round\":" + std::to_string(rounds_) + ",\"full\":" + (full ? "true" : "false") +
+      ",\"cached\":" + std::to_string(cached) + ",\"responses\":" + std::to_string(responses);
+  emit(span("negotiation", "negotiation", rank_, 0, us(start), us(end - start), args));
+  if (cached + responses > 0) emit(instant("round", "round", rank_, 0, us(end), args));
+}
+
+void Timeline::record_response(const Response& r, const std::vector<TensorEntry*>& entries,
+                               const std::string& backend, const PhaseLog& log,
+                               Clock::time_point start, Clock::time_point end,
+                               const Status& status) {
+  int64_t bytes = 0;
+  for (auto* e : entries) {
+    if (e) bytes += static_cast<int64_t>(e->input.bytes());
+  }
+  const auto total = end - start;
+  const auto in = std::min<std::chrono::nanoseconds>(log.spent[0], total);
+  const auto out = std::min<std::chrono::nanoseconds>(log.spent[2], total - in);
+  const auto coll = total - in - out;  // the call and what surrounds it (scaling, waits)
+  const std::string call = log.call ? log.call : backend + " " + op_name(r.op);
+  const std::string batch =
+      "\"tensors\":" + std::to_string(r.names.size()) + ",\"bytes\":" + std::to_string(bytes);
+  const std::string coll_args = "\"op\":\"" + std::string(op_name(r.op)) + "\",\"backend\":\"" +
+                                json_escape(backend) + "\"," + batch +
+                                ",\"phase_scopes\":" + std::to_string(log.scopes);
+  const double t0 = us(start);
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    const std::string& name = r.names[i];
+    const int tid = tid_for(name);
+    TensorEntry* e = i < entries.size() ? entries[i] : nullptr;
+    auto late = late_.find(name);
+    if (e && e->submitted != Clock::time_point{} && last_round_end_ != Clock::time_point{}) {
+      const auto ready = std::max(last_round_end_, e->submitted);
+      std::string wargs;
+      if (late != late_.end()) wargs = "\"late_ranks\":" + ranks_json(late->second);
+      emit(span("wait", "wait", rank_, tid, us(e->submitted), us(ready - e->submitted), wargs));
+      emit(span("queue", "queue", rank_, tid, us(ready), us(std::max(ready, start) - ready), ""));
+    }
+    if (late != late_.end()) late_.erase(late);
+    if (in.count() > 0) emit(span("copy_in", "copy_in", rank_, tid, t0, us(in), batch));
+    emit(span(json_escape(call).c_str(), "collective", rank_, tid, t0 + us(in), us(coll),
+              coll_args));
+    if (out.count() > 0) {
+      emit(span("copy_out", "copy_out", rank_, tid, t0 + us(in) + us(coll), us(out), batch));
+    }
+    std::string dargs = std::string("\"ok\":") + (status.ok() ? "true" : "false");
+    if (!status.ok()) dargs += ",\"error\":\"" + json_escape(status.message()) + "\"";
+    emit(instant("done", "done", rank_, tid, us(end), dargs));
+  }
 }
 
 }  // namespace hvd::core

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hvd/core/timeline.h"
 #include "hvd/ops/cpu_kernels.h"
 #include "hvd/ops/mpi_util.h"
 
@@ -57,6 +58,7 @@ Status MpiExecutor::reduce_buffer(void* data, int64_t count, MPI_Datatype type, 
   int tsize = 0;
   MPI_Type_size(type, &tsize);
   auto* p = static_cast<uint8_t*>(data);
+  core::PhaseScope call(core::Phase::kCollective, "MPI_Allreduce");
   for (int64_t off = 0; off < count; off += kMaxCount) {
     int n = static_cast<int>(std::min(kMaxCount, count - off));
     HVD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off * tsize, n, type, op, comm_));
@@ -76,12 +78,16 @@ Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>
     for (auto* e : entries) total += e->input.numel();
     auto* buf = reinterpret_cast<float*>(fusion_buffer(static_cast<size_t>(total) * 4));
     int64_t off = 0;
-    for (auto* e : entries) {
-      widen_to_float(e->input.data, dt, e->input.numel(), r.prescale, buf + off);
-      off += e->input.numel();
+    {
+      core::PhaseScope copy(core::Phase::kCopyIn);
+      for (auto* e : entries) {
+        widen_to_float(e->input.data, dt, e->input.numel(), r.prescale, buf + off);
+        off += e->input.numel();
+      }
     }
     HVD_RETURN_IF_ERROR(reduce_buffer(buf, total, MPI_FLOAT, op));
     off = 0;
+    core::PhaseScope copy(core::Phase::kCopyOut);
     for (auto* e : entries) {
       narrow_from_float(buf + off, e->output.numel(), post, dt, e->output.data);
       off += e->output.numel();
@@ -141,12 +147,16 @@ Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>
   size_t in_i = 0, in_off = 0, out_i = 0, out_off = 0;
   for (size_t start = 0; start < total; start += slice) {
     const size_t len = std::min(slice, total - start);
-    walk(&in_i, &in_off, len, [&](size_t i, size_t off, size_t pos, size_t n) {
-      std::memcpy(buf + pos, static_cast<const uint8_t*>(entries[i]->input.data) + off, n);
-      if (prescale) scale_in_place(buf + pos, dt, static_cast<int64_t>(n / esize), r.prescale);
-    });
+    {
+      core::PhaseScope copy(core::Phase::kCopyIn);
+      walk(&in_i, &in_off, len, [&](size_t i, size_t off, size_t pos, size_t n) {
+        std::memcpy(buf + pos, static_cast<const uint8_t*>(entries[i]->input.data) + off, n);
+        if (prescale) scale_in_place(buf + pos, dt, static_cast<int64_t>(n / esize), r.prescale);
+      });
+    }
     HVD_RETURN_IF_ERROR(reduce_buffer(buf, static_cast<int64_t>(len / esize), type, op));
     scale_in_place(buf, dt, static_cast<int64_t>(len / esize), post);
+    core::PhaseScope copy(core::Phase::kCopyOut);
     walk(&out_i, &out_off, len, [&](size_t i, size_t off, size_t pos, size_t n) {
       std::memcpy(static_cast<uint8_t*>(entries[i]->output.data) + off, buf + pos, n);
     });
@@ -161,6 +171,7 @@ Status MpiExecutor::broadcast(const Response& r, const std::vector<TensorEntry*>
     }
     auto* p = static_cast<uint8_t*>(e->output.data);
     int64_t bytes = static_cast<int64_t>(e->output.bytes());
+    core::PhaseScope call(core::Phase::kCollective, "MPI_Bcast");
     for (int64_t off = 0; off < bytes; off += kMaxCount) {
       int n = static_cast<int>(std::min(kMaxCount, bytes - off));
       HVD_MPI_CHECK(MPI_Bcast(p + off, n, MPI_BYTE, r.root, comm_));

@@ -1,50 +1,207 @@
 // SPDX-License-Identifier: Apache-2.0
-// [local] HVD_TIMELINE: rank 0 writes one Chrome-trace event per executed response.
+// [local] HVD_TIMELINE: a strict-JSON Chrome trace, one row per tensor with its phases in order,
+// negotiation rounds on row 0, late ranks named, every rank's own file with
+// HVD_TIMELINE_ALL_RANKS, start/stop at run time.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
+#include "json_lite.h"
 #include "local_cluster.h"
 
 using namespace hvd;
 using namespace hvd::test;
 
-TEST_CASE("the timeline records every executed collective on rank 0 as a JSON array", "[local]") {
-  const std::string path = "/tmp/hvd_timeline_test_" + std::to_string(::getpid()) + ".json";
-  Config cfg;
-  cfg.timeline = path;
-  {
-    Cluster c(2, cfg);
-    c.start_all();
-    std::vector<Tensor<float>> a, b;
-    for (int r = 0; r < 2; ++r) {
-      a.emplace_back(std::vector<float>{1.0f, 2.0f});
-      b.emplace_back(std::vector<float>{3.0f});
-    }
-    std::vector<Handle> hs;
-    for (int r = 0; r < 2; ++r) {
-      hs.push_back(submit(c[r], "tl.first", a[static_cast<size_t>(r)]));
-      hs.push_back(submit(c[r], "tl.second", b[static_cast<size_t>(r)]));
-    }
-    for (auto& h : hs) await_ok(h, "timeline allreduce");
-    REQUIRE(c.shutdown_all());
-  }
+namespace {
+
+std::string temp_path(const std::string& tag) {
+  return "/tmp/hvd_timeline_test_" + std::to_string(::getpid()) + "_" + tag + ".json";
+}
+
+Json read_json(const std::string& path) {
   std::ifstream in(path);
   REQUIRE(in.good());
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
+  return JsonParser(text).parse();
+}
+
+// Row (tid) of each tensor, from the thread_name metadata.
+std::map<std::string, int> rows(const Json& trace) {
+  std::map<std::string, int> out;
+  for (const Json& e : trace.arr) {
+    if (e["ph"].str == "M" && e["name"].str == "thread_name" && e["tid"].num > 0) {
+      out[e["args"]["name"].str] = static_cast<int>(e["tid"].num);
+    }
+  }
+  return out;
+}
+
+// The events of row `tid`, in file order.
+std::vector<const Json*> events_of(const Json& trace, int tid) {
+  std::vector<const Json*> out;
+  for (const Json& e : trace.arr) {
+    if (e["ph"].str != "M" && static_cast<int>(e["tid"].num) == tid) out.push_back(&e);
+  }
+  return out;
+}
+
+// Checks the phases of one collective of a tensor: wait, queue, collective, done, in that
+// order, each starting where the previous ended (within 1 us of rounding), durations >= 0.
+// Returns the wait event.
+const Json* check_phases(const std::vector<const Json*>& ev, size_t first) {
+  REQUIRE(ev.size() >= first + 4);
+  const Json& wait = *ev[first];
+  const Json& queue = *ev[first + 1];
+  const Json& coll = *ev[first + 2];
+  const Json& done = *ev[first + 3];
+  CHECK(wait["cat"].str == "wait");
+  CHECK(queue["cat"].str == "queue");
+  CHECK(coll["cat"].str == "collective");
+  CHECK(coll["args"]["op"].str == "allreduce");
+  CHECK(coll["args"]["backend"].str == "local-test");
+  CHECK(done["cat"].str == "done");
+  CHECK(done["args"]["ok"].b);
+  for (const Json* e : {&wait, &queue, &coll}) {
+    CHECK(e->operator[]("ph").str == "X");
+    CHECK(e->operator[]("dur").num >= 0);
+  }
+  CHECK(queue["ts"].num == Approx(wait["ts"].num + wait["dur"].num).margin(1.0));
+  CHECK(coll["ts"].num == Approx(queue["ts"].num + queue["dur"].num).margin(1.0));
+  CHECK(done["ts"].num == Approx(coll["ts"].num + coll["dur"].num).margin(1.0));
+  CHECK(done["ph"].str == "i");
+  return &wait;
+}
+
+}  // namespace
+
+TEST_CASE("the timeline shows each tensor's phases in order and names the late rank", "[local]") {
+  const std::string path = temp_path("phases");
+  Config cfg;
+  cfg.timeline = path;
+  std::vector<double> submit_us(2);
+  {
+    Cluster c(2, cfg);
+    c.start_all();
+    for (int step = 0; step < 2; ++step) {  // step 1 goes through the response cache
+      std::vector<Tensor<float>> a, late;
+      for (int r = 0; r < 2; ++r) {
+        a.emplace_back(std::vector<float>{1.0f, 2.0f});
+        late.emplace_back(std::vector<float>{3.0f});
+      }
+      std::vector<Handle> hs;
+      for (int r = 0; r < 2; ++r) hs.push_back(submit(c[r], "tl.a", a[static_cast<size_t>(r)]));
+      hs.push_back(submit(c[0], "tl.late", late[0]));
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));  // rank 1 is late
+      hs.push_back(submit(c[1], "tl.late", late[1]));
+      for (auto& h : hs) await_ok(h, "timeline allreduce");
+      CHECK(a[0].out == std::vector<float>{2.0f, 4.0f});
+      CHECK(late[1].out == std::vector<float>{6.0f});
+    }
+    REQUIRE(c.shutdown_all());
+  }
+  const Json trace = read_json(path);
   std::remove(path.c_str());
-  REQUIRE(text.rfind("[\n", 0) == 0);
-  REQUIRE(text.find("\n]\n") == text.size() - 3);
-  REQUIRE(text.find("\"cat\":\"allreduce\"") != std::string::npos);
-  REQUIRE(text.find("\"ph\":\"X\"") != std::string::npos);
-  // Both tensors appear (as the name of their own event or inside a fused one's count).
-  const bool first = text.find("\"name\":\"tl.first\"") != std::string::npos;
-  const bool second = text.find("\"name\":\"tl.second\"") != std::string::npos;
-  const bool fused = text.find("\"tensors\":2") != std::string::npos;
-  REQUIRE(first);
-  REQUIRE((second || fused));
+  REQUIRE(trace.kind == Json::kArray);
+  auto row = rows(trace);
+  REQUIRE(row.count("tl.a") == 1);
+  REQUIRE(row.count("tl.late") == 1);
+  for (const char* name : {"tl.a", "tl.late"}) {
+    auto ev = events_of(trace, row[name]);
+    REQUIRE(ev.size() == 8);  // two collectives of four events
+    const Json* w0 = check_phases(ev, 0);
+    const Json* w1 = check_phases(ev, 4);
+    CHECK(w1->operator[]("ts").num > w0->operator[]("ts").num);
+    for (const Json* e : ev) CHECK(e->operator[]("pid").num == 0);
+    if (std::string(name) == "tl.late") {
+      // Rank 0 waited the 40 ms rank 1 took; the first time, negotiation named rank 1 (the
+      // second time the name was cached: the cache bits do not say who was missing).
+      CHECK(w0->operator[]("dur").num >= 35000);
+      CHECK(w1->operator[]("dur").num >= 35000);
+      REQUIRE(w0->operator[]("args").has("late_ranks"));
+      const Json& lr = w0->operator[]("args")["late_ranks"];
+      REQUIRE(lr.arr.size() == 1);
+      CHECK(lr.arr[0].num == 1);
+    }
+  }
+  // Negotiation rounds: spans on row 0, and a marker for each round that agreed on something.
+  int spans = 0, markers = 0, full = 0;
+  for (const Json& e : trace.arr) {
+    if (e["ph"].str == "M" || e["tid"].num != 0) continue;
+    if (e["cat"].str == "negotiation") {
+      ++spans;
+      if (e["args"]["full"].b) ++full;
+    }
+    if (e["cat"].str == "round") ++markers;
+  }
+  CHECK(markers >= 2);
+  CHECK(full >= 1);
+  CHECK(spans >= markers);
+}
+
+TEST_CASE("with HVD_TIMELINE_ALL_RANKS every rank writes its own file", "[local]") {
+  const std::string path = temp_path("all");
+  Config cfg;
+  cfg.timeline = path;
+  cfg.timeline_all_ranks = true;
+  {
+    Cluster c(3, cfg);
+    c.start_all();
+    std::vector<Tensor<int32_t>> t;
+    for (int r = 0; r < 3; ++r) t.emplace_back(std::vector<int32_t>{r + 1});
+    std::vector<Handle> hs;
+    for (int r = 0; r < 3; ++r) hs.push_back(submit(c[r], "tl.all", t[static_cast<size_t>(r)]));
+    for (auto& h : hs) await_ok(h, "all-ranks allreduce");
+    REQUIRE(c.shutdown_all());
+  }
+  CHECK(core::Timeline::path_for_rank("/x/tl.json", 2) == "/x/tl.rank2.json");
+  CHECK(core::Timeline::path_for_rank("/x/tl", 2) == "/x/tl.rank2");
+  std::ifstream plain(path);
+  CHECK_FALSE(plain.good());  // no file without the rank suffix
+  for (int r = 0; r < 3; ++r) {
+    const std::string p = core::Timeline::path_for_rank(path, r);
+    const Json trace = read_json(p);
+    std::remove(p.c_str());
+    auto row = rows(trace);
+    REQUIRE(row.count("tl.all") == 1);
+    auto ev = events_of(trace, row["tl.all"]);
+    check_phases(ev, 0);
+    for (const Json* e : ev) CHECK(e->operator[]("pid").num == r);
+  }
+}
+
+TEST_CASE("start_timeline and stop_timeline switch the file at run time", "[local]") {
+  const std::string first = temp_path("first"), second = temp_path("second");
+  {
+    Cluster c(2);
+    c.start_all();
+    auto run = [&](const std::string& name) {
+      std::vector<Tensor<float>> t;
+      for (int r = 0; r < 2; ++r) t.emplace_back(std::vector<float>{1.0f});
+      std::vector<Handle> hs;
+      for (int r = 0; r < 2; ++r) hs.push_back(submit(c[r], name, t[static_cast<size_t>(r)]));
+      for (auto& h : hs) await_ok(h, name);
+    };
+    REQUIRE(c[0].start_timeline(first).ok());
+    run("tl.in_first");
+    REQUIRE(c[0].start_timeline(second).ok());  // closes the first
+    run("tl.in_second");
+    c[0].stop_timeline();
+    run("tl.after_stop");
+    // The first file is complete while the job still runs.
+    const Json t1 = read_json(first);
+    CHECK(rows(t1).count("tl.in_first") == 1);
+    CHECK(rows(t1).count("tl.in_second") == 0);
+    REQUIRE(c.shutdown_all());
+  }
+  const Json t2 = read_json(second);
+  CHECK(rows(t2).count("tl.in_second") == 1);
+  CHECK(rows(t2).count("tl.after_stop") == 0);
+  std::remove(first.c_str());
+  std::remove(second.c_str());
 }

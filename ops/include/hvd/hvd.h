@@ -169,7 +169,8 @@ void remove_process_set(const ProcessSet& process_set);
 std::vector<ProcessSet> process_sets();
 
 /// Starts writing a Chrome-trace timeline of the executed collectives to `path` (on rank 0;
-/// other ranks accept the call and write nothing), replacing HVD_TIMELINE's or an earlier one.
+/// other ranks accept the call and write nothing, unless HVD_TIMELINE_ALL_RANKS=1: then rank N
+/// writes `path` with ".rank<N>" before ".json"), replacing HVD_TIMELINE's or an earlier one.
 /// Throws hvd::Error when the file cannot be written.
 void start_timeline(const std::string& path);
 /// Closes the timeline file (valid JSON). No-op when none is being written.

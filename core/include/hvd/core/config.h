@@ -32,6 +32,9 @@ struct Config {
   bool peer_monitor = true;
   /// Path of the Chrome-trace timeline, empty = none (HVD_TIMELINE).
   std::string timeline;
+  /// Every rank writes a timeline (HVD_TIMELINE_ALL_RANKS), each to its own file (see
+  /// Timeline::path_for_rank); otherwise rank 0 only.
+  bool timeline_all_ranks = false;
   /// Host name used in log prefixes (HVD_HOSTNAME, set by hvdrun).
   std::string hostname;
   /// GPU allreduce as NCCL reduce-scatter inside each node, MPI allreduce across nodes, NCCL

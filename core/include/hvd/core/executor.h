@@ -2,6 +2,7 @@
 // The executor seam: backends (MPI, NCCL, test) implement how a negotiated response runs.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,6 +33,8 @@ struct TensorEntry {
   /// collectives of the same name: one event per name, re-recorded each time.
   std::shared_ptr<void> submit_event;
   int submit_event_device = -1;
+  /// When enqueue() accepted it (steady clock): the start of its "wait" phase in the timeline.
+  std::chrono::steady_clock::time_point submitted{};
 };
 
 /// Resets every field of `e` to its default but keeps the capacity of its strings and vectors

@@ -1,38 +1,108 @@
 // SPDX-License-Identifier: Apache-2.0
-// Timeline: a Chrome-trace (chrome://tracing, Perfetto) record of what the runtime executed.
+// Timeline: a Chrome-trace (chrome://tracing, Perfetto) record of what the runtime did, one row
+// per tensor with the phases it went through, and one row of negotiation rounds.
+//
+// File format: a strict JSON array of trace events, one event per line. The file always ends in
+// "\n]\n": a writer thread appends each batch of events over the closing bracket and writes it
+// again in the same pwrite(), so the file is valid JSON after every flush (every 50 ms), not only
+// after stop. A SIGTERM handler (installed once, chained to the one it replaces) waits for a
+// write in progress to end before the process dies, so a job killed by SIGTERM (mpirun, hvdrun,
+// Slurm) leaves a valid file holding every event flushed before the signal.
+//
+// Phases of a tensor (event `cat`, all on the tensor's row): "wait" (submitted on this rank until
+// negotiation found it ready on every rank; args.late_ranks: the ranks that had not submitted it
+// when rank 0 first saw it, when the negotiation told rank 0), "queue" (ready, waiting for
+// earlier responses of the round), "copy_in" (into the fusion buffer), "collective" (named
+// after the call, e.g. MPI_Allreduce; args: op, backend, bytes, tensors), "copy_out", "done"
+// (instant; args.ok). Row 0 holds a "negotiation" span per round and an instant "round" marker
+// per round that agreed on something.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <mutex>
+#include <memory>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
+#include "hvd/core/controller.h"
+#include "hvd/core/executor.h"
 #include "hvd/core/message.h"
 
 namespace hvd::core {
 
-/// Appends one complete event ("ph":"X") per executed response to a JSON array file: name =
-/// first tensor, args = op, tensor count, bytes, status. Written by rank 0 of the global set
-/// (HVD_TIMELINE / hvdrun --timeline-filename). The array is closed at destruction; viewers
-/// also accept a file cut short by a crash.
+/// Phases an executor reports inside one response (see PhaseScope).
+enum class Phase : int { kCopyIn = 0, kCollective = 1, kCopyOut = 2 };
+
+/// Time an executor spent per phase while running one response (summed over fusion slices).
+struct PhaseLog {
+  std::chrono::nanoseconds spent[3]{};
+  int64_t scopes = 0;          ///< PhaseScopes closed (slices x phases)
+  const char* call = nullptr;  ///< the collective call, e.g. "MPI_Allreduce" (null: unknown)
+};
+
+/// Attributes the time between construction and destruction to `phase` of the PhaseLog active
+/// on this thread (see set_active); costs one thread-local read when none is active (no
+/// timeline), so executors may wrap every copy and call.
+class PhaseScope {
+ public:
+  explicit PhaseScope(Phase phase, const char* call = nullptr);
+  ~PhaseScope();
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+  /// Makes `log` (null: none) the log this thread's scopes add to; returns the previous one.
+  static PhaseLog* set_active(PhaseLog* log);
+
+ private:
+  PhaseLog* log_;
+  Phase phase_;
+  std::chrono::steady_clock::time_point start_{};
+};
+
+class TimelineWriter;
+
+/// One timeline file. record_* are called by one background thread; the file is written by the
+/// writer thread start() starts, so those calls never wait on disk. Events that would make the
+/// queue exceed a million lines (a disk far slower than the job) are dropped and counted.
 class Timeline {
  public:
-  /// Opens `path` for writing; ok() tells whether that worked.
-  explicit Timeline(const std::string& path);
+  using Clock = std::chrono::steady_clock;
+  /// Opens (truncates) `path` for rank `rank`; ok() tells whether that worked.
+  Timeline(const std::string& path, int rank);
+  /// Flushes what is queued, closes the array and the file.
   ~Timeline();
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
-  bool ok() const { return f_ != nullptr; }
-  using Clock = std::chrono::steady_clock;
-  void record(const Response& r, int64_t bytes, Clock::time_point start, Clock::time_point end,
-              bool success);
+  bool ok() const;
+  /// Starts the writer thread (until then events only queue).
+  void start();
+  /// The file of `rank` when every rank writes one: ".rank<N>" inserted before a ".json"
+  /// extension, appended otherwise ("tl.json" -> "tl.rank1.json").
+  static std::string path_for_rank(const std::string& path, int rank);
+
+  /// One negotiation round from `start` to `end`: `partial` lists the requests rank 0 has from
+  /// some ranks but not all after it (empty elsewhere); the first time a name appears there,
+  /// its missing ranks become that tensor's late ranks.
+  void record_round(Clock::time_point start, Clock::time_point end, bool full, size_t cached,
+                    size_t responses, const std::vector<StalledTensor>& partial);
+  /// Response `r` ran from `start` to `end` on `entries` (null or stand-in entries have no
+  /// wait phase) through executor `backend`, with the phase times in `log`.
+  void record_response(const Response& r, const std::vector<TensorEntry*>& entries,
+                       const std::string& backend, const PhaseLog& log, Clock::time_point start,
+                       Clock::time_point end, const Status& status);
+  /// Events dropped because the writer fell behind.
+  uint64_t dropped() const;
 
  private:
-  std::mutex mu_;
-  std::FILE* f_ = nullptr;
-  Clock::time_point origin_ = Clock::now();
-  bool first_ = true;
+  int tid_for(const std::string& name);
+  void emit(std::string line);
+
+  int rank_;
+  std::unique_ptr<TimelineWriter> writer_;
+  std::unordered_map<std::string, int> tids_;               // tensor name -> row
+  std::unordered_map<std::string, std::vector<int>> late_;  // name -> ranks missing first
+  Clock::time_point last_round_end_{};
+  uint64_t rounds_ = 0;
 };
 
 }  // namespace hvd::core

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""[mpi] Timelines of a real np-2 job (timeline_probe): strict JSON with each tensor's phases
+in order (fused tensors with their fusion-buffer copies, the MPI call named) at a normal end,
+after a failed collective and exit without shutdown(), after SIGTERM of rank 0 in the middle of
+the job; every rank's own file with HVD_TIMELINE_ALL_RANKS=1; hvd-timeline on the result.
+
+Usage: timeline_test.py MPIEXEC "MPI FLAGS" PROBE HVD_TIMELINE_TOOL"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+MPIEXEC, FLAGS, PROBE, TOOL = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
+ORDER = ["wait", "queue", "copy_in", "collective", "copy_out", "done"]
+
+
+def mpirun(args, env_extra, **kw):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.update(env_extra)
+    cmd = [MPIEXEC, "-np", "2", *FLAGS]
+    for k in env_extra:
+        cmd += ["-x", k]
+    return subprocess.Popen(cmd + [PROBE, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def load_strict(path):
+    with open(path) as f:
+        text = f.read()
+    assert text.endswith("\n]\n"), text[-200:]
+    return json.loads(text)  # strict: raises on anything a JSON parser would refuse
+
+
+def collectives(trace):
+    """tensor name -> list of collectives, each a list of (cat, event) in file order."""
+    names = {e["tid"]: e["args"]["name"] for e in trace
+             if e.get("ph") == "M" and e["name"] == "thread_name"}
+    out, cur = {}, {}
+    for e in trace:
+        if e.get("ph") == "M" or e.get("cat") in ("negotiation", "round"):
+            continue
+        cur.setdefault(e["tid"], []).append((e["cat"], e))
+        if e["cat"] == "done":
+            out.setdefault(names[e["tid"]], []).append(cur.pop(e["tid"]))
+    return out
+
+
+def check_phases(trace, min_steps):
+    per = collectives(trace)
+    for i in range(8):
+        assert len(per.get("grad.%d" % i, [])) >= min_steps, (i, list(per))
+    fused_copies = 0
+    for name, colls in per.items():
+        last_done = 0
+        for c in colls:
+            cats = [k for k, _ in c]
+            assert cats == [k for k in ORDER if k in cats], (name, cats)
+            assert cats[0] == "wait" and cats[-2:] == ["collective", "done"] or \
+                cats[-3:] == ["collective", "copy_out", "done"], (name, cats)
+            t = c[0][1]["ts"]
+            assert t >= last_done - 1, (name, "collectives of one name overlap")
+            for k, e in c:  # each phase starts where the previous ended
+                assert e["ts"] >= t - 1.0, (name, k, e["ts"], t)
+                t = e["ts"] + e.get("dur", 0)
+                assert e.get("dur", 0) >= 0
+            last_done = c[-1][1]["ts"]
+            coll = dict(c)["collective"]
+            if "copy_in" in cats:
+                fused_copies += 1
+                assert coll["name"] == "MPI_Allreduce" and coll["args"]["tensors"] > 1, coll
+            assert coll["args"]["op"] == "allreduce" and coll["args"]["backend"] == "mpi"
+            assert coll["args"]["bytes"] > 0
+    assert fused_copies > 0, "no fused collective with fusion-buffer copies"
+    rounds = [e for e in trace if e.get("cat") == "round"]
+    assert rounds and all(e["ph"] == "i" for e in rounds)
+    return per
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="hvd_tl_")
+    # 1. A normal end.
+    path = os.path.join(d, "normal.json")
+    p = mpirun(["20"], {"HVD_TIMELINE": path})
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0, out
+    per = check_phases(load_strict(path), 20)
+    late = [c[0][1]["args"].get("late_ranks") for c in per["grad.7"]]
+    assert [1] in late, late  # rank 1 submits grad.7 late; the first negotiation names it
+    rep = subprocess.run([sys.executable, TOOL, path, "--json"], capture_output=True, text=True)
+    assert rep.returncode == 0, rep.stderr
+    got = json.loads(rep.stdout)
+    assert len(got["steps"]) == 20, len(got["steps"])
+    for s in got["steps"]:
+        assert s["tensors"] == 8
+        assert 0 <= s["exposed_fraction"] <= 1
+        assert s["collectives_ms"] > 0 and s["duration_ms"] >= s["collectives_ms"]
+    assert got["median"]["copies_ms"] > 0
+    assert got["median"]["duration_ms"] > 2.0  # the probe computes 2 ms per step
+    assert got["longest_waits"][0]["name"] == "grad.7", got["longest_waits"][0]
+    assert got["longest_waits"][0]["wait_ms"] >= 2.5
+
+    # 2. Every rank its own file.
+    path = os.path.join(d, "all.json")
+    p = mpirun(["5"], {"HVD_TIMELINE": path, "HVD_TIMELINE_ALL_RANKS": "1"})
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0, out
+    assert not os.path.exists(path)
+    for r in (0, 1):
+        trace = load_strict(os.path.join(d, "all.rank%d.json" % r))
+        check_phases(trace, 5)
+        assert {e["pid"] for e in trace} == {r}
+
+    # 3. A failed collective, then exit(3) without shutdown().
+    path = os.path.join(d, "error.json")
+    p = mpirun(["10", "error"], {"HVD_TIMELINE": path})
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode != 0 and "expected error" in out, out
+    trace = load_strict(path)
+    check_phases(trace, 4)
+    bad = [e for e in trace if e.get("cat") == "done" and not e["args"]["ok"]]
+    assert bad and "bad" in bad[0]["args"]["error"], bad
+
+    # 4. SIGTERM to rank 0 in the middle of an endless job.
+    path = os.path.join(d, "term.json")
+    p = mpirun(["0"], {"HVD_TIMELINE": path, "HVD_PROBE_PID_DIR": d})
+    pid_file = os.path.join(d, "pid.0")
+    deadline = time.time() + 60
+    while time.time() < deadline:  # until a few hundred events are on disk
+        if os.path.exists(pid_file) and os.path.exists(path) and os.path.getsize(path) > 100000:
+            break
+        time.sleep(0.05)
+    os.kill(int(open(pid_file).read()), signal.SIGTERM)
+    try:
+        p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+    trace = load_strict(path)
+    check_phases(trace, 5)
+    print("timeline mpi test: ok (%d events after SIGTERM)" % len(trace))
+
+
+if __name__ == "__main__":
+    main()
