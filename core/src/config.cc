@@ -23,6 +23,8 @@ const Var kCycle{"HVD_CYCLE_TIME", "HOROVOD_CYCLE_TIME"};
 const Var kCache{"HVD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY"};
 const Var kLog{"HVD_LOG_LEVEL", "HOROVOD_LOG_LEVEL"};
 const Var kStall{"HVD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS"};
+const Var kStallShutdown{"HVD_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"};
+const Var kStallDisable{"HVD_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE"};
 const Var kMonitor{"HVD_PEER_MONITOR", nullptr};
 const Var kTimeline{"HVD_TIMELINE", "HOROVOD_TIMELINE"};
 const Var kTimelineAll{"HVD_TIMELINE_ALL_RANKS", nullptr};
@@ -120,6 +122,8 @@ Result<Config> Config::from_env(const Lookup& lookup, const std::vector<std::str
   HVD_RETURN_IF_ERROR(r.int64(kCache, 0, &c.cache_capacity));
   HVD_RETURN_IF_ERROR(r.level(kLog, &c.log_level));
   HVD_RETURN_IF_ERROR(r.real(kStall, 0.0, &c.stall_warning_s));
+  HVD_RETURN_IF_ERROR(r.real(kStallShutdown, 0.0, &c.stall_shutdown_s));
+  HVD_RETURN_IF_ERROR(r.boolean(kStallDisable, &c.stall_check_disable));
   HVD_RETURN_IF_ERROR(r.boolean(kMonitor, &c.peer_monitor));
   HVD_RETURN_IF_ERROR(r.boolean(kHierarchical, &c.hierarchical_allreduce));
   HVD_RETURN_IF_ERROR(r.boolean(kTimelineAll, &c.timeline_all_ranks));
@@ -131,8 +135,9 @@ Result<Config> Config::from_env(const Lookup& lookup, const std::vector<std::str
   }
   if (unknown) {
     std::set<std::string> known;
-    for (const Var* v : {&kFusion, &kDirect, &kCycle, &kCache, &kLog, &kStall, &kMonitor,
-                         &kTimeline, &kTimelineAll, &kHostname, &kHierarchical}) {
+    for (const Var* v :
+         {&kFusion, &kDirect, &kCycle, &kCache, &kLog, &kStall, &kStallShutdown, &kStallDisable,
+          &kMonitor, &kTimeline, &kTimelineAll, &kHostname, &kHierarchical}) {
       known.insert(v->hvd);
     }
     for (const char* n : kOtherKnown) known.insert(n);
@@ -166,6 +171,8 @@ std::string Config::dump() const {
     << "HVD_CACHE_CAPACITY=" << cache_capacity << "\n"
     << "HVD_LOG_LEVEL=" << static_cast<int>(log_level) << "\n"
     << "HVD_STALL_CHECK_TIME_SECONDS=" << stall_warning_s << "\n"
+    << "HVD_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_s << "\n"
+    << "HVD_STALL_CHECK_DISABLE=" << (stall_check_disable ? 1 : 0) << "\n"
     << "HVD_PEER_MONITOR=" << (peer_monitor ? 1 : 0) << "\n"
     << "HVD_TIMELINE=" << timeline << "\n"
     << "HVD_TIMELINE_ALL_RANKS=" << (timeline_all_ranks ? 1 : 0) << "\n"

@@ -28,6 +28,12 @@ struct Config {
   LogLevel log_level = LogLevel::kWarning;
   /// Seconds before a tensor waiting for other ranks is reported (HVD_STALL_CHECK_TIME_SECONDS).
   double stall_warning_s = 60.0;
+  /// Seconds after which a stalled tensor fails every pending handle on every rank with the
+  /// stall report; 0 = never (HVD_STALL_SHUTDOWN_TIME_SECONDS).
+  double stall_shutdown_s = 0.0;
+  /// Turns the stall inspector off: no report, no shutdown, no idle heartbeat
+  /// (HVD_STALL_CHECK_DISABLE=1).
+  bool stall_check_disable = false;
   /// Disable the peer-liveness monitor (HVD_PEER_MONITOR=0).
   bool peer_monitor = true;
   /// Path of the Chrome-trace timeline, empty = none (HVD_TIMELINE).
