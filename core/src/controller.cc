@@ -15,23 +15,8 @@ using detail::guarded;
 
 constexpr uint64_t kFlagUncached = 1;
 constexpr uint64_t kFlagShutdown = 2;
-constexpr uint64_t kFlagError = 4;  // a rank failed: the round is full and every rank stops
+constexpr uint64_t kFlagError = 4;         // a rank failed: a full round, every rank stops
 constexpr uint64_t kFlagPendingNames = 8;  // rank 0 asks for every rank's pending names
-
-Response response_from_cache(const Request& p) {
-  Response r;
-  r.op = p.op;
-  r.names = {p.name};
-  r.dtype = p.dtype;
-  r.reduce_op = p.reduce_op;
-  r.root = p.root;
-  r.prescale = p.prescale;
-  r.postscale = p.postscale;
-  r.device = p.device;
-  r.process_set = p.process_set;
-  r.numels = {shape_numel(p.shape)};
-  return r;
-}
 
 bool cacheable(const Request& r) {
   return r.group.empty() &&
@@ -44,7 +29,7 @@ bool cacheable(const Request& r) {
 Response cached_response(const ResponseCache& cache, uint32_t bit) {
   const Request& p = cache.at(bit);
   if (p.op != OpType::kAllgather && p.op != OpType::kAlltoall && p.op != OpType::kReducescatter) {
-    return response_from_cache(p);
+    return response_of(p);
   }
   Response r = cache.response_at(bit);
   r.device = p.device;
@@ -406,12 +391,7 @@ void Controller::coordinator_fail_groups(const std::vector<int>& joined,
       const Pending& p = table_.at(name);
       auto q = std::find_if(p.per_rank.begin(), p.per_rank.end(),
                             [](const std::optional<Request>& x) { return x.has_value(); });
-      Response resp;
-      resp.op = (*q)->op;
-      resp.names = {name};
-      resp.dtype = (*q)->dtype;
-      resp.device = (*q)->device;
-      resp.process_set = (*q)->process_set;
+      Response resp = response_of(**q);
       resp.error = error;
       ready->push_back(std::move(resp));
       table_.erase(name);

@@ -224,6 +224,27 @@ Result<ResponseList> parse_response_list(const uint8_t* data, size_t size) {
   return l;
 }
 
+Response response_of(const Request& r) {
+  Response resp;
+  resp.op = r.op;
+  resp.names = {r.name};
+  resp.dtype = r.dtype;
+  resp.reduce_op = r.reduce_op;
+  resp.root = r.root;
+  resp.prescale = r.prescale;
+  resp.postscale = r.postscale;
+  resp.device = r.device;
+  resp.process_set = r.process_set;
+  const bool by_rows =
+      r.op == OpType::kAllgather || r.op == OpType::kAlltoall || r.op == OpType::kReducescatter;
+  if (by_rows && !r.shape.empty()) {
+    resp.numels = {shape_numel(std::vector<int64_t>(r.shape.begin() + 1, r.shape.end()))};
+  } else {
+    resp.numels = {shape_numel(r.shape)};
+  }
+  return resp;
+}
+
 std::string internal_name(const std::string& base) { return kReservedNamePrefix + base; }
 
 std::string member_name(const std::string& group, size_t i) {

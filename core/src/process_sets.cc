@@ -19,7 +19,7 @@ std::string set_str(const std::vector<int32_t>& ranks) {
 TensorEntry Runtime::set_op_entry(OpType op, const char* prefix) {
   TensorEntry e;
   e.request.op = op;
-  e.request.name = internal_name(prefix + std::to_string(set_ops_++));
+  e.request.name = internal_name(prefix + std::to_string(set_ops_.fetch_add(1)));
   e.request.dtype = DataType::kUInt8;
   e.request.shape = {0};
   e.request.rank = rank_;
@@ -60,11 +60,7 @@ Handle Runtime::remove_process_set(int32_t id) {
     auto it = children_.find(id);
     if (it != children_.end()) child = it->second;
   }
-  bool busy = false;
-  if (child) {
-    std::lock_guard<std::mutex> lk(child->mu_);
-    busy = child->active_ > 0;
-  }
+  const bool busy = child && child->in_flight() > 0;
   e.request.splits = {busy ? 1 : 0};
   return enqueue(std::move(e));
 }
@@ -92,6 +88,11 @@ Result<std::shared_ptr<Runtime>> Runtime::process_set(int32_t id) {
                             std::to_string(id) + " (ranks " + set_str(r->second) + ")");
   }
   return c->second;
+}
+
+size_t Runtime::in_flight() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return active_;
 }
 
 std::vector<int32_t> Runtime::process_set_ranks(int32_t id) const {

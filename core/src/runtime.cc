@@ -287,19 +287,10 @@ namespace {
 
 // The response of cached allreduces / broadcasts [first, last): it follows from the requests.
 Response response_for(TensorEntry* const* first, TensorEntry* const* last) {
-  const Request& q = (*first)->request;
-  Response r;
-  r.op = q.op;
-  r.dtype = q.dtype;
-  r.reduce_op = q.reduce_op;
-  r.root = q.root;
-  r.prescale = q.prescale;
-  r.postscale = q.postscale;
-  r.device = q.device;
-  r.process_set = q.process_set;
+  Response r = response_of((*first)->request);
   r.names.reserve(static_cast<size_t>(last - first));
   r.numels.reserve(static_cast<size_t>(last - first));
-  for (; first != last; ++first) {
+  for (++first; first != last; ++first) {
     r.names.push_back((*first)->request.name);
     r.numels.push_back(shape_numel((*first)->request.shape));
   }

@@ -218,12 +218,7 @@ Response build_response(const std::vector<Request>& per_rank) {
 Response build_response(const std::vector<Request>& per_rank, int set_size,
                         const std::vector<int>& joined) {
   const Request& f = per_rank.front();
-  Response resp;
-  resp.op = f.op;
-  resp.names = {f.name};
-  resp.process_set = f.process_set;
-  resp.dtype = f.dtype;
-  resp.device = f.device;
+  Response resp = response_of(f);  // the parameters every rank agreed on, checked below
 
   using Getter = std::function<std::string(const Request&)>;
   std::vector<std::pair<const char*, Getter>> checks = {
@@ -303,15 +298,6 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
                    ranks_word(busy) + "; wait for them before removing the set";
       return resp;
     }
-  }
-  resp.reduce_op = f.reduce_op;
-  resp.root = f.root;
-  resp.prescale = f.prescale;
-  resp.postscale = f.postscale;
-  if (f.op == OpType::kAllgather || f.op == OpType::kAlltoall || f.op == OpType::kReducescatter) {
-    resp.numels = {shape_numel(trailing(f.shape))};
-  } else {
-    resp.numels = {shape_numel(f.shape)};
   }
   const size_t n = static_cast<size_t>(set_size);
   if (f.op == OpType::kAllgather) {

@@ -301,7 +301,7 @@ std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntr
 }
 
 Handle submit(core::Runtime& rt, core::TensorEntry e) {
-  throw_if_error(core::validate_local(e.request, rt.size()));
+  // validate_local runs once, in the runtime's enqueue (its refusal is thrown below).
   throw_if_error(check_view(e.request, e.input, "input"));
   throw_if_error(check_view(e.request, e.output, "output"));
   return throw_if_refused(rt.enqueue(std::move(e)));
@@ -319,16 +319,22 @@ Handle throw_if_refused(Handle h) {
   return h;
 }
 
+void fill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const TensorView& in,
+                    const TensorView& out, const std::string& name, ReduceOp op, double pre,
+                    double post) {
+  fill_request(&e->request, OpType::kAllreduce, name, in, rt);
+  e->request.reduce_op = op;
+  e->request.prescale = pre;
+  e->request.postscale = post;
+  e->input = in;
+  e->output = out;
+}
+
 core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
                                   const TensorView& out, const std::string& name, ReduceOp op,
                                   double pre, double post) {
   core::TensorEntry e;
-  e.request = make_request(OpType::kAllreduce, name, in, rt);
-  e.request.reduce_op = op;
-  e.request.prescale = pre;
-  e.request.postscale = post;
-  e.input = in;
-  e.output = out;
+  fill_allreduce(&e, rt, in, out, name, op, pre, post);
   return e;
 }
 
@@ -396,14 +402,10 @@ Handle allreduce_async(const TensorView& input, const TensorView& output, const 
   }
   throw_if_error(detail::check_view(OpType::kAllreduce, n, input, "input"));
   throw_if_error(detail::check_view(OpType::kAllreduce, n, output, "output"));
+  // In place in the table slot of `n` (no entry to move); validated once, by the runtime.
   core::Runtime& r = *rt;
   return detail::throw_if_refused(r.enqueue_with(n, [&](core::TensorEntry* e) {
-    fill_request(&e->request, OpType::kAllreduce, n, input, r);
-    e->request.reduce_op = op;
-    e->request.prescale = prescale_factor;
-    e->request.postscale = postscale_factor;
-    e->input = input;
-    e->output = output;
+    detail::fill_allreduce(e, r, input, output, n, op, prescale_factor, postscale_factor);
   }));
 }
 

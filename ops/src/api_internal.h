@@ -42,6 +42,10 @@ Handle throw_if_refused(Handle h);
 /// Marks `entries` as one group, validates all before enqueuing any, enqueues; one handle each.
 std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntry> entries,
                                  const std::string& group);
+/// The one builder of an allreduce's table entry (request and views).
+void fill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const TensorView& in,
+                    const TensorView& out, const std::string& name, ReduceOp op, double pre,
+                    double post);
 core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
                                   const TensorView& out, const std::string& name, ReduceOp op,
                                   double pre, double post);

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // hvd: the C++ user's entry point. Initialise, ask who you are, run collectives.
 //
+// clang-format off
 //   hvd::init();
-//   std::vector<float> grad(n, ...);
-//   auto h = hvd::allreduce_async(hvd::TensorView(grad.data(), hvd::DataType::kFloat32, {n}),
-//   "grad"); hvd::wait(h);   // throws hvd::Error naming the tensor and ranks if the ranks disagree
+//   std::vector<float> grad(n, 1.0f);
+//   hvd::TensorView view(grad.data(), hvd::DataType::kFloat32, {n});
+//   hvd::Handle h = hvd::allreduce_async(view, "grad");
+//   hvd::wait(h);  // throws hvd::Error naming the tensor and ranks if the ranks disagree
 //   hvd::shutdown();
+// clang-format on
 #pragma once
 
 #include <functional>

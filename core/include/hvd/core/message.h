@@ -73,6 +73,13 @@ struct Response {
   bool is_error() const { return !error.empty(); }
 };
 
+/// The response that runs `r` alone: its name and parameters (op, dtype, reduce op, root,
+/// scale factors, device, process set) and `numels` by the op's convention (elements of one
+/// row for allgather, alltoall and reducescatter). The one place a request's fields are
+/// copied into a response; negotiation adds what depends on every rank (rows, joined ranks,
+/// errors).
+Response response_of(const Request& r);
+
 /// hvd's own names (automatic names, group members, join, process set operations) start with
 /// this character and user names may not (check_user_name), so the two never meet.
 inline constexpr char kReservedNamePrefix = '@';

@@ -100,6 +100,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::vector<int32_t> process_set_ranks(int32_t id) const;
   /// Ids of the sets that exist (0 first).
   std::vector<int32_t> process_set_ids() const;
+  /// Collectives submitted to this runtime and not yet finished (its own lock).
+  size_t in_flight() const;
   int32_t process_set_id() const { return parts_.process_set; }
   /// Finishes or fails everything in flight, stops the background thread. Idempotent. After
   /// an abort, a thread still stuck in a transport call after RuntimeParts::shutdown_grace is
@@ -171,10 +173,15 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::shared_ptr<Timeline> active_timeline() const;
   void shutdown_children();
 
-  Config config_;
-  RuntimeParts parts_;
-  Controller controller_;
-  int rank_, size_;
+  // Lock contract. "mu_": guarded by mu_ (user threads and the background thread); "loop":
+  // the background thread's alone (or run_once()'s caller when not started); "const": set by
+  // the constructor. Handles are completed, and their callbacks run, only after mu_ is
+  // released (a callback may submit). sets_mu_ and timeline_mu_ are leaves: nothing else is
+  // taken, and no child runtime is called, while one of them is held.
+  Config config_;          // const
+  RuntimeParts parts_;     // const; the transport and executors are used by the loop only
+  Controller controller_;  // loop
+  int rank_, size_;        // const
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -183,28 +190,32 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
     bool active = false;
   };
   using Table = std::unordered_map<std::string, Slot>;
-  std::vector<TensorEntry*> queue_;  // newly enqueued entries (active slots)
-  Table table_;                      // name -> slot
-  size_t active_ = 0;                // active slots
-  // Device work handed to handles (pruned as it finishes): an abort fails what is left.
+  std::vector<TensorEntry*> queue_;  // mu_: newly enqueued entries (active slots)
+  Table table_;                      // mu_: name -> slot (a slot's entry: see retire())
+  size_t active_ = 0;                // mu_: active slots
+  // mu_: device work handed to handles (pruned as it finishes): an abort fails what is left.
   std::vector<std::weak_ptr<Completion>> outstanding_;
   static constexpr size_t kMaxTable = 8192;     // idle slots kept (at least; see drop_idle_slots)
-  std::vector<TensorEntry*> fresh_;             // background thread: this round's new entries
-  std::vector<const Request*> ready_requests_;  // background thread: execute_cached scratch
-  bool shutdown_requested_ = false;
-  bool sleeping_ = false;       // the loop is blocked waiting for the first request of a burst
-  bool pausing_ = false;        // the loop backs off after fruitless rounds (new work ends it)
-  bool settling_ = false;       // gathering a burst (a waiting user thread ends it)
-  uint64_t wait_listener_ = 0;  // add_wait_listener id
-  int fruitless_rounds_ = 0;    // consecutive rounds that matched nothing (background thread only)
+  std::vector<TensorEntry*> fresh_;             // loop: this round's new entries
+  std::vector<const Request*> ready_requests_;  // loop: execute_cached scratch
+  bool shutdown_requested_ = false;             // mu_
+  // mu_: the loop is blocked waiting for the first request of a burst (enqueue wakes it).
+  bool sleeping_ = false;
+  bool pausing_ = false;        // mu_: backing off after fruitless rounds (new work ends it)
+  bool settling_ = false;       // mu_: gathering a burst (a waiting user thread ends it)
+  uint64_t wait_listener_ = 0;  // set by start(), removed by the destructor
+  int fruitless_rounds_ = 0;    // loop: consecutive rounds that matched nothing
   static constexpr std::chrono::microseconds kSettleStep{30};
   static constexpr std::chrono::microseconds kSettleCap{1000};
+  // mu_: set once the runtime stopped for good, with the reason.
   bool stopped_ = false;
   Status stop_status_;
   // Rank 0 of the global set, from HVD_TIMELINE or start_timeline(); the background thread
   // takes a reference per response, so stop_timeline() never closes a file in use.
   mutable std::mutex timeline_mu_;
   std::shared_ptr<Timeline> timeline_;
+  // Set by start() under mu_; shutdown() joins it (or leaves it behind, see shutdown()).
+  // loop_exited_ (mu_) and exit_cv_ (with mu_) tell shutdown() the loop has ended.
   std::thread thread_;
   bool loop_exited_ = false;
   std::condition_variable exit_cv_;
@@ -217,8 +228,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   mutable std::mutex sets_mu_;
   std::map<int32_t, std::shared_ptr<Runtime>> children_;  // sets this rank is a member of
   std::map<int32_t, std::vector<int32_t>> set_ranks_;     // every set: its global ranks
-  int32_t next_set_id_ = 1;
-  uint64_t set_ops_ = 0;  // names of add/remove requests
+  int32_t next_set_id_ = 1;                               // loop (the global set's)
+  std::atomic<uint64_t> set_ops_{0};  // names of add/remove requests (user threads)
 };
 
 }  // namespace hvd::core
