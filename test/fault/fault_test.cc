@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// [fault] The last rank is SIGKILLed in the middle of a workload (argument 1):
+//   fused        batches of 32 x 64 KiB allreduces, fused into one buffer
+//   negotiation  batches of 256 tiny allreduces with fresh names (every round a full round)
+//   grouped      grouped allreduces of 16 x 64 KiB
+// Every survivor's pending call must fail naming the dead rank within 5 s, and shutdown() must
+// take under 1 s. Argument 2: the file through which the victim tells the time of its death.
+#include <string>
+#include <vector>
+
+#include "fault_common.h"
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "fused";
+  const std::string stamp = argc > 2 ? argv[2] : "/tmp/hvd_fault_stamp";
+  hvd::init();
+  std::vector<std::vector<float>> bufs(256, std::vector<float>(16384, 1.0f));
+  std::function<void(int)> step;
+  if (mode == "fused") {
+    step = [&](int) {
+      std::vector<hvd::Handle> hs;
+      for (int i = 0; i < 32; ++i) {
+        hvd::TensorView v(bufs[static_cast<size_t>(i)].data(), hvd::DataType::kFloat32, {16384});
+        hs.push_back(hvd::allreduce_async(v, "fused." + std::to_string(i), hvd::ReduceOp::kSum));
+      }
+      for (auto& h : hs) h.wait();
+    };
+  } else if (mode == "negotiation") {
+    step = [&](int it) {
+      std::vector<hvd::Handle> hs;
+      for (int i = 0; i < 256; ++i) {
+        hvd::TensorView v(bufs[static_cast<size_t>(i)].data(), hvd::DataType::kFloat32, {4});
+        hs.push_back(hvd::allreduce_async(v, "neg." + std::to_string(it) + "." + std::to_string(i),
+                                          hvd::ReduceOp::kSum));
+      }
+      for (auto& h : hs) h.wait();
+    };
+  } else if (mode == "grouped") {
+    step = [&](int) {
+      std::vector<hvd::TensorView> vs;
+      for (int i = 0; i < 16; ++i) {
+        vs.emplace_back(bufs[static_cast<size_t>(i)].data(), hvd::DataType::kFloat32,
+                        std::vector<int64_t>{16384});
+      }
+      hvd::grouped_allreduce(vs, "group", hvd::ReduceOp::kSum);
+    };
+  } else {
+    std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
+    return 2;
+  }
+  return hvd::fault::run(mode.c_str(), step, stamp);
+}
