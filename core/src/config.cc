@@ -30,9 +30,10 @@ const Var kTimeline{"HVD_TIMELINE", "HOROVOD_TIMELINE"};
 const Var kTimelineAll{"HVD_TIMELINE_ALL_RANKS", nullptr};
 const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
 const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
-// Variables other parts of hvd read through their own layers (the launcher's test hosts).
+// Variables other parts of hvd read through their own layers (the launcher's test hosts, the
+// soak test).
 const char* const kOtherKnown[] = {"HVD_TESTHOSTS_PREFIX", "HVD_TESTHOSTS_SUBNET",
-                                   "HVD_TESTHOSTS_DIR"};
+                                   "HVD_TESTHOSTS_DIR", "HVD_SOAK_ITERATIONS"};
 
 class Reader {
  public:
