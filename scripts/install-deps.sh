@@ -10,6 +10,7 @@ PKGS=(
   catch2 libboost-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   openssh-client openssh-server iproute2 procps psmisc util-linux
   clang-format clang-tidy
+  clang libclang-rt-14-dev
   libtorch-dev
   python3 python3-dev python3-torch python3-pytest python3-numpy python3-mpi4py pybind11-dev
   libdlpack-dev
