@@ -19,6 +19,7 @@ if [[ "${HVD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   step "ASan+UBSan: unit, local, mpi"
   cmake --preset asan >/dev/null
   cmake --build build-asan -j "$JOBS" --target hvd_unit_tests hvd_local_tests hvd_mpi_tests \
+    hvd_shutdown_race_test \
     hvd_lifecycle_test hvd_dead_rank_test hvd_device_select_test hvd_stall_test \
     hvd_stall_shutdown_test hvd_fault_test hvd_soak_test
   # Open MPI itself leaks at exit: leak checking is off; memory errors and UB still abort. The
