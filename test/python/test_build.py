@@ -52,11 +52,16 @@ def test_timeline_written_at_run_time():
     if hvd_torch.rank() == 0:
         with open(path) as f:
             events = json.load(f)
-        names = [e["name"] for e in events]
-        assert "timeline.probe" in names
-        assert "timeline.after_stop" not in names
-        probe = events[names.index("timeline.probe")]
-        assert probe["args"]["bytes"] == 32 and probe["args"]["ok"] is True
+        # One row (thread) per tensor, named by a thread_name metadata event.
+        rows = {e["args"]["name"]: e["tid"] for e in events
+                if e["ph"] == "M" and e["name"] == "thread_name"}
+        assert "timeline.probe" in rows, rows
+        assert "timeline.after_stop" not in rows, rows
+        probe = [e for e in events if e["ph"] != "M" and e["tid"] == rows["timeline.probe"]]
+        coll = [e for e in probe if e.get("cat") == "collective"]
+        done = [e for e in probe if e["name"] == "done"]
+        assert len(coll) == 1 and coll[0]["args"]["bytes"] == 32, probe
+        assert len(done) == 1 and done[0]["args"]["ok"] is True, probe
         os.remove(path)
     hvd_torch.barrier()
 
