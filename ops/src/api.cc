@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -250,6 +251,27 @@ namespace detail {
 std::string auto_name(OpType op, const std::string& name, int32_t process_set) {
   if (!name.empty()) return name;
   return core::internal_name(next_noname(op, process_set));
+}
+
+void align_auto_names(core::Runtime& rt) {
+  constexpr int kOps = static_cast<int>(OpType::kRemoveProcessSet) + 1;
+  const int32_t set = rt.process_set_id();
+  Global& s = g();
+  std::vector<int64_t> counts(kOps);
+  {
+    std::lock_guard<std::mutex> lk(s.names_mu);
+    for (int op = 0; op < kOps; ++op) counts[op] = static_cast<int64_t>(s.counters[{set, op}]);
+  }
+  TensorView v(counts.data(), DataType::kInt64, {kOps});
+  // join() runs one at a time per set and on every rank, so a fixed name is unique.
+  Handle h = submit(
+      rt, allreduce_entry(rt, v, v, core::internal_name("join.names"), ReduceOp::kMax, 1.0, 1.0));
+  h.wait();
+  std::lock_guard<std::mutex> lk(s.names_mu);
+  for (int op = 0; op < kOps; ++op) {
+    uint64_t& c = s.counters[{set, op}];
+    c = std::max(c, static_cast<uint64_t>(counts[op]));
+  }
 }
 
 Status check_view(const core::Request& r, const TensorView& t, const char* role) {

@@ -132,7 +132,9 @@ int join(const ProcessSet& ps) {
   e.input = e.output = none;
   Handle h = submit(*rt, std::move(e));
   h.wait();
-  return static_cast<int>(h.state()->result);
+  const int last = static_cast<int>(h.state()->result);
+  detail::align_auto_names(*rt);
+  return last;
 }
 
 }  // namespace hvd

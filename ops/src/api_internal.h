@@ -24,6 +24,10 @@ std::shared_ptr<core::Runtime> set_runtime(const char* fn, const std::string& na
                                            const ProcessSet& ps);
 /// `name`, or the next deterministic automatic name for (process set, op): "@<op>.noname.<n>".
 std::string auto_name(core::OpType op, const std::string& name, int32_t process_set);
+/// After join(): every rank of `rt`'s set adopts the highest automatic-name count of each op
+/// (one internal allreduce), since a joined rank made none of the unnamed calls the others
+/// made meanwhile and its names would otherwise no longer pair with theirs.
+void align_auto_names(core::Runtime& rt);
 /// The group key of a grouped op: `name`, or an automatic "@group.<op>.noname.<n>". Members
 /// are named core::member_name(key, i).
 std::string group_name(core::OpType op, const std::string& name, int32_t process_set);

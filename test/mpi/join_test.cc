@@ -105,3 +105,32 @@ TEST_CASE("ops a joined rank cannot take part in fail with a clear error", "[mpi
     REQUIRE(hvd::join() == last - 1);
   }
 }
+
+TEST_CASE("unnamed collectives made while other ranks are joined keep automatic names in step",
+          "[mpi][multirank]") {
+  const int n = hvd::size();
+  REQUIRE(n >= 2);
+  // Automatic names count the unnamed calls of each rank; a joined rank makes none. Rank 0
+  // makes three unnamed allreduces while the others are joined, so afterwards its count is
+  // ahead of theirs: join() must bring every rank's count to the same number.
+  if (hvd::rank() == 0) {
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> f(2, 5.0f);
+      hvd::allreduce(hvd::TensorView(f.data(), DataType::kFloat32, {2}), "", ReduceOp::kSum);
+      for (float x : f) REQUIRE(x == 5.0f);  // the joined ranks contributed zeros
+    }
+  }
+  REQUIRE(hvd::join() >= 0);
+  for (int i = 0; i < 2; ++i) {  // unnamed calls by every rank must pair up and finish
+    std::vector<float> v(3, 1.0f);
+    hvd::Handle h = hvd::allreduce_async(hvd::TensorView(v.data(), DataType::kFloat32, {3}), "",
+                                         ReduceOp::kSum);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!hvd::poll(h) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(hvd::poll(h));  // not paired within 10 s: the automatic names diverged
+    hvd::wait(h);
+    for (float x : v) REQUIRE(x == static_cast<float>(n));
+  }
+}
