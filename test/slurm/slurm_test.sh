@@ -54,6 +54,16 @@ fi
 
 WORK=$(mktemp -d /var/tmp/hvd-slurm.XXXXXX)
 chmod 755 "$WORK"
+if [[ $TWO_HOSTS == 1 ]]; then
+  # A build under /tmp (a CI clone) is hidden by the fake hosts' private /tmp: run copies of the
+  # programs from $WORK, which every host sees (hvd's libraries are static: they are
+  # self-contained apart from system libraries).
+  mkdir -p "$WORK/bin"
+  cp "$HVDRUN" "$PROBE" ${AUTOENC:+"$AUTOENC"} "$WORK/bin/"
+  HVDRUN="$WORK/bin/$(basename "$HVDRUN")" PROBE="$WORK/bin/$(basename "$PROBE")"
+  [[ -n "$AUTOENC" ]] && AUTOENC="$WORK/bin/$(basename "$AUTOENC")"
+  cd "$WORK"
+fi
 PIDS=()
 # Processes started by our slurmd (slurmstepd, the job's ranks) carry SLURM_CONF pointing into
 # $WORK in their environment: that is how teardown finds them, and nothing else.
