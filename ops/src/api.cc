@@ -364,7 +364,6 @@ core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
 
 using detail::allreduce_entry;
 using detail::auto_name;
-using detail::fill_request;
 using detail::make_request;
 using detail::set_runtime;
 using detail::submit;

@@ -3,9 +3,9 @@
 // hvd::DistributedOptimizer, each rank on its own shard, must give exactly the weights of the
 // same model trained in one process on every rank's data (which each rank builds itself).
 // Prints "OK rank R of N" on success.
-#include <cstdio>
-
 #include <torch/torch.h>
+
+#include <cstdio>
 
 #include "hvd/torch.h"
 
