@@ -89,19 +89,26 @@ TEST_CASE("the timeline shows each tensor's phases in order and names the late r
     Cluster c(2, cfg);
     c.start_all();
     for (int step = 0; step < 2; ++step) {  // step 1 goes through the response cache
-      std::vector<Tensor<float>> a, late;
+      std::vector<Tensor<float>> a, late, keep;
       for (int r = 0; r < 2; ++r) {
         a.emplace_back(std::vector<float>{1.0f, 2.0f});
         late.emplace_back(std::vector<float>{3.0f});
+        keep.emplace_back(std::vector<float>{5.0f});
       }
       std::vector<Handle> hs;
       for (int r = 0; r < 2; ++r) hs.push_back(submit(c[r], "tl.a", a[static_cast<size_t>(r)]));
+      // Rank 1 keeps work of its own pending ("tl.keep", which rank 0 submits last), so its
+      // loop goes on taking part in rounds and rank 0 sees 'tl.late' from itself only, however
+      // slow the build (an idle rank 1 would sleep until its own late submission).
+      hs.push_back(submit(c[1], "tl.keep", keep[1]));
       hs.push_back(submit(c[0], "tl.late", late[0]));
       std::this_thread::sleep_for(std::chrono::milliseconds(40));  // rank 1 is late
       hs.push_back(submit(c[1], "tl.late", late[1]));
+      hs.push_back(submit(c[0], "tl.keep", keep[0]));
       for (auto& h : hs) await_ok(h, "timeline allreduce");
       CHECK(a[0].out == std::vector<float>{2.0f, 4.0f});
       CHECK(late[1].out == std::vector<float>{6.0f});
+      CHECK(keep[0].out == std::vector<float>{10.0f});
     }
     REQUIRE(c.shutdown_all());
   }
