@@ -5,18 +5,12 @@
 #include <catch2/catch.hpp>
 
 #include "hvd/runner/errors.h"
+#include "usage_error.h"
 
 using namespace hvd::runner;
 
 namespace {
-std::string usage_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using hvd_runner_test::usage_error;
 }  // namespace
 
 TEST_CASE("host list parses names with slots, slots default to 1", "[unit]") {

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <functional>
 
 #include "hvd/runner/cli.h"
 #include "hvd/runner/errors.h"
 #include "hvd/runner/launch_command.h"
+#include "usage_error.h"
 
 using namespace hvd::runner;
 using Catch::Matchers::Contains;
@@ -16,14 +16,7 @@ using Names = std::vector<std::string>;
 using Slots = std::vector<HostSlots>;
 
 namespace {
-std::string usage_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using hvd_runner_test::usage_error;
 
 SlurmAllocation alloc_of(const std::string& nodes, const std::string& tasks,
                          const std::string& ntasks = "") {
