@@ -90,7 +90,8 @@ def main():
     per = check_phases(load_strict(path), 20)
     late = [c[0][1]["args"].get("late_ranks") for c in per["grad.7"]]
     assert [1] in late, late  # rank 1 submits grad.7 late; the first negotiation names it
-    rep = subprocess.run([sys.executable, TOOL, path, "--json"], capture_output=True, text=True)
+    rep = subprocess.run([sys.executable, TOOL, path, "--json", "--top", "20"],
+                         capture_output=True, text=True)
     assert rep.returncode == 0, rep.stderr
     got = json.loads(rep.stdout)
     assert len(got["steps"]) == 20, len(got["steps"])
@@ -100,8 +101,12 @@ def main():
         assert s["collectives_ms"] > 0 and s["duration_ms"] >= s["collectives_ms"]
     assert got["median"]["copies_ms"] > 0
     assert got["median"]["duration_ms"] > 2.0  # the probe computes 2 ms per step
-    assert got["longest_waits"][0]["name"] == "grad.7", got["longest_waits"][0]
-    assert got["longest_waits"][0]["wait_ms"] >= 2.5
+    # Rank 1 is 3 ms late with grad.7 in every step: it dominates the 20 longest waits (one
+    # slow round under a sanitizer may push another tensor's wait above one of grad.7's).
+    top = [w["name"] for w in got["longest_waits"]]
+    assert len(top) == 20 and max(set(top), key=top.count) == "grad.7", top
+    assert top.count("grad.7") > len(top) // 2, top
+    assert max(w["wait_ms"] for w in got["longest_waits"] if w["name"] == "grad.7") >= 2.5
 
     # 2. Every rank its own file.
     path = os.path.join(d, "all.json")
