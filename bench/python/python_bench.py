@@ -3,6 +3,7 @@
 
     mpirun -np 2 --bind-to none /usr/bin/python3 bench/python/python_bench.py \
         [--cpp hvd_bench.txt] [--steps 30] [--iters 30] [--only train|allreduce]
+        [--case 64x16Ki] [--repeat N]
 
 1. Training: samples/s of hvd.torch.DistributedOptimizer against DistributedDataParallel
    (gloo), torch.set_num_threads(1) per rank, batch 64 per rank: a small CNN (~0.56M
@@ -12,6 +13,9 @@
 2. Allreduce (Sum, float32) of K tensors of S floats: hvd.torch's allreduce_async_ per tensor +
    synchronize, grouped_allreduce_, and gloo's K all_reduce(async_op=True) + wait; medians of
    the slowest rank, compared with the C++ API's figures from hvd_bench (--cpp: its output).
+   --case LABEL runs that allreduce case alone (per tensor only: no grouped, no gloo), --repeat
+   times, one line each: for iterating on the binding's per-call cost, e.g. after
+   `mpirun -np 2 --bind-to none build/bench/hvd_bench --case 64x16Ki`.
 """
 import argparse
 import os
@@ -184,12 +188,40 @@ def bench_allreduce(iters, cpp):
         print()
 
 
+def bench_case(label, iters, repeat):
+    """One allreduce case, per tensor only, `repeat` times (median ms of the slowest rank and
+    the submission cost per call)."""
+    k, s = next((c[0], c[1]) for c in CASES if c[2] == label)
+    ts = [torch.ones(s) for _ in range(k)]
+    names = [f"{label}.{j}" for j in range(k)]
+
+    def per_tensor():
+        hs = [hvd.allreduce_async_(t, name=n, op=hvd.Sum) for t, n in zip(ts, names)]
+        for h in hs:
+            hvd.synchronize(h)
+
+    def submit_only():
+        t0 = time.perf_counter()
+        hs = [hvd.allreduce_async_(t, name=n, op=hvd.Sum) for t, n in zip(ts, names)]
+        dt = time.perf_counter() - t0
+        for h in hs:
+            hvd.synchronize(h)
+        return dt
+    for _ in range(repeat):
+        ms = median_slowest(iters, per_tensor)
+        us = statistics.median(submit_only() for _ in range(5)) / k * 1e6
+        if hvd.rank() == 0:
+            print(f"{label:<9} py ms {ms:8.3f}  us/call {us:6.2f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpp", default="")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--only", choices=["train", "allreduce"], default=None)
+    ap.add_argument("--case", choices=[c[2] for c in CASES], default=None)
+    ap.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(1)
     hvd.init()
@@ -200,10 +232,13 @@ def main():
     dist.init_process_group("gloo", rank=hvd.rank(), world_size=hvd.size())
     if hvd.rank() == 0:
         print(f"torch {torch.__version__}, load average {os.getloadavg()[0]:.2f}\n")
-    if a.only in (None, "train"):
-        bench_train(a.steps)
-    if a.only in (None, "allreduce"):
-        bench_allreduce(a.iters, read_cpp(a.cpp))
+    if a.case:
+        bench_case(a.case, a.iters, a.repeat)
+    else:
+        if a.only in (None, "train"):
+            bench_train(a.steps)
+        if a.only in (None, "allreduce"):
+            bench_allreduce(a.iters, read_cpp(a.cpp))
     dist.destroy_process_group()
     hvd.shutdown()
 
