@@ -99,7 +99,26 @@ void bind_process_sets(pyb::module_& m) {
       pyb::arg("process_set") = 0);
 }
 
+// The module's exception types (set once at import; references held for the process's life).
+PyObject* g_error = nullptr;
+PyObject* g_not_initialized = nullptr;
+
+void set_error(const hvd::Error& e) {
+  const bool uninit = e.code() == hvd::StatusCode::kPrecondition && !hvd::is_initialized();
+  PyErr_SetString(uninit ? g_not_initialized : g_error, e.what());
+}
+
 }  // namespace
+
+void raise_python_error(std::exception_ptr p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const hvd::Error& e) {
+    set_error(e);
+  } catch (...) {
+    pyb::detail::translate_exception(std::current_exception());  // pybind11's own mapping
+  }
+}
 
 }  // namespace hvd::py
 
@@ -120,12 +139,13 @@ PYBIND11_MODULE(_core, m) {
     not_initialized = t;  // one reference, held for the life of the process
     m.add_object("NotInitializedError", not_initialized);
   }
+  g_error = error.ptr();
+  g_not_initialized = not_initialized.ptr();
   pyb::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const hvd::Error& e) {
-      const bool uninit = e.code() == hvd::StatusCode::kPrecondition && !hvd::is_initialized();
-      PyErr_SetString(uninit ? not_initialized.ptr() : error.ptr(), e.what());
+      set_error(e);
     }
   });
   bind_lifecycle(m);

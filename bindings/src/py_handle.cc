@@ -6,8 +6,11 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cstddef>
 #include <cstring>
 #include <memory>
+
+#include "py_collectives.h"
 
 namespace hvd::py {
 namespace {
@@ -73,7 +76,9 @@ bool PyHandle::poll() {
 
 void PyHandle::wait() {
   Status s;
-  {
+  if (handle.valid() && poll()) {
+    s = handle.wait_status();  // finished: returns at once, no need to let the GIL go
+  } else {
     pyb::gil_scoped_release nogil;
     s = handle.wait_status();
   }
@@ -167,32 +172,160 @@ pyb::object output_numpy(PyHandle& h, const pyb::object& numpy_dtype) {
 }  // namespace hvd::py
 
 namespace hvd::py {
+namespace {
+
+struct HandleObject {
+  PyObject_HEAD
+  PyHandle* h;          // owned
+  PyObject* weakrefs;   // weakref.ref(handle) works, as it did on the pybind11 class
+};
+
+PyTypeObject* g_handle_type = nullptr;
+
+PyHandle& self_of(PyObject* o) { return *reinterpret_cast<HandleObject*>(o)->h; }
+
+/// Runs `f` (returning a pyb::object), turning a C++ exception into the Python one.
+template <typename F>
+PyObject* guarded_call(F&& f) {
+  try {
+    return f().release().ptr();
+  } catch (...) {
+    raise_python_error(std::current_exception());
+    return nullptr;
+  }
+}
+
+void handle_dealloc(PyObject* o) {
+  auto* self = reinterpret_cast<HandleObject*>(o);
+  if (self->weakrefs) PyObject_ClearWeakRefs(o);
+  delete self->h;  // an unfinished collective parks its objects in the graveyard
+  Py_TYPE(o)->tp_free(o);
+}
+
+PyObject* handle_poll(PyObject* o, PyObject* /*unused*/) {
+  return guarded_call([&] { return pyb::bool_(self_of(o).poll()); });
+}
+
+PyObject* handle_wait(PyObject* o, PyObject* /*unused*/) {
+  return guarded_call([&] {
+    self_of(o).wait();
+    return pyb::none();
+  });
+}
+
+PyObject* handle_result(PyObject* o, PyObject* /*unused*/) {
+  return guarded_call([&] { return self_of(o).result(); });
+}
+
+PyObject* handle_output_dlpack(PyObject* o, PyObject* /*unused*/) {
+  return guarded_call([&] { return pyb::object(output_dlpack(self_of(o))); });
+}
+
+PyObject* handle_output_numpy(PyObject* o, PyObject* const* args, Py_ssize_t n,
+                              PyObject* kwnames) {
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  const bool by_name = nkw == 1 && PyUnicode_CompareWithASCIIString(
+                                       PyTuple_GET_ITEM(kwnames, 0), "dtype") == 0;
+  if (n + nkw != 1 || (nkw == 1 && !by_name)) {
+    PyErr_SetString(PyExc_TypeError, "output_numpy() takes one argument: dtype");
+    return nullptr;
+  }
+  return guarded_call([&] {
+    return output_numpy(self_of(o), pyb::reinterpret_borrow<pyb::object>(args[0]));
+  });
+}
+
+PyObject* get_output_shape(PyObject* o, void* /*unused*/) {
+  return guarded_call([&] {
+    PyHandle& h = self_of(o);
+    if (!h.poll()) h.wait();
+    return pyb::cast(h.handle.output().shape);
+  });
+}
+
+PyObject* get_received_splits(PyObject* o, void* /*unused*/) {
+  return guarded_call([&] {
+    PyHandle& h = self_of(o);
+    if (!h.poll()) h.wait();
+    return pyb::cast(h.handle.received_splits());
+  });
+}
+
+PyObject* get_finished(PyObject* o, void* /*unused*/) {
+  return PyBool_FromLong(self_of(o).finished);
+}
+
+template <pyb::object PyHandle::*member>
+PyObject* get_object(PyObject* o, void* /*unused*/) {
+  return pyb::object(self_of(o).*member).release().ptr();  // a new reference
+}
+
+template <pyb::object PyHandle::*member>
+int set_object(PyObject* o, PyObject* value, void* /*unused*/) {
+  if (!value) {
+    PyErr_SetString(PyExc_AttributeError, "cannot delete a Handle's attribute");
+    return -1;
+  }
+  self_of(o).*member = pyb::reinterpret_borrow<pyb::object>(value);
+  return 0;
+}
+
+PyMethodDef handle_methods[] = {
+    {"poll", handle_poll, METH_NOARGS, "True once finished (never blocks)."},
+    {"wait", handle_wait, METH_NOARGS,
+     "Blocks until finished (without the GIL); raises HorovodInternalError on failure."},
+    {"result", handle_result, METH_NOARGS, "wait(), then ctx (the Python layer's result)."},
+    {"output_dlpack", handle_output_dlpack, METH_NOARGS,
+     "The output of allgather/alltoall/reducescatter as a DLPack capsule (no copy)."},
+    {"output_numpy",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(handle_output_numpy)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "output_numpy(dtype): the output as a numpy array sharing hvd's memory (host outputs "
+     "only)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef handle_getset[] = {
+    {"output_shape", get_output_shape, nullptr, "The output's shape (waits).", nullptr},
+    {"received_splits", get_received_splits, nullptr, "alltoall's received splits (waits).",
+     nullptr},
+    {"finished", get_finished, nullptr, "Set by wait() or a poll() that saw completion.", nullptr},
+    {"ctx", get_object<&PyHandle::ctx>, set_object<&PyHandle::ctx>,
+     "What the Python layer needs to finish the call (free for its use); `keep` until set.",
+     nullptr},
+    {"keep", get_object<&PyHandle::keep>, set_object<&PyHandle::keep>,
+     "The objects the collective uses, alive until it finished.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+}  // namespace
+
+pyb::object make_handle(std::unique_ptr<PyHandle> h) {
+  PyObject* o = g_handle_type->tp_alloc(g_handle_type, 0);
+  if (!o) throw pyb::error_already_set();
+  auto* self = reinterpret_cast<HandleObject*>(o);
+  self->h = h.release();
+  self->weakrefs = nullptr;
+  return pyb::reinterpret_steal<pyb::object>(o);
+}
 
 void bind_handle(pyb::module_& m) {
-  pyb::class_<PyHandle>(m, "Handle",
-                        "A collective in flight. Keeps its tensors alive until it finished; "
-                        "dropping it unfinished is safe.")
-      .def("poll", &PyHandle::poll, "True once finished (never blocks).")
-      .def("wait", &PyHandle::wait,
-           "Blocks until finished (without the GIL); raises HorovodInternalError on failure.")
-      .def("result", &PyHandle::result, "wait(), then ctx (the Python layer's result).")
-      .def("output_dlpack", &output_dlpack,
-           "The output of allgather/alltoall/reducescatter as a DLPack capsule (no copy).")
-      .def("output_numpy", &output_numpy, pyb::arg("dtype"),
-           "The output as a numpy array sharing hvd's memory (host outputs only).")
-      .def_property_readonly("output_shape",
-                             [](PyHandle& h) {
-                               if (!h.poll()) h.wait();
-                               return h.handle.output().shape;
-                             })
-      .def_property_readonly("received_splits",
-                             [](PyHandle& h) {
-                               if (!h.poll()) h.wait();
-                               return h.handle.received_splits();
-                             })
-      .def_property_readonly("finished", [](PyHandle& h) { return h.finished; })
-      .def_readwrite("ctx", &PyHandle::ctx)
-      .def_readwrite("keep", &PyHandle::keep);
+  static PyTypeObject type = [] {
+    PyTypeObject t{};
+    Py_SET_REFCNT(reinterpret_cast<PyObject*>(&t), 1);  // static: never freed
+    t.tp_name = "hvd._core.Handle";
+    t.tp_basicsize = sizeof(HandleObject);
+    t.tp_dealloc = handle_dealloc;
+    t.tp_flags = Py_TPFLAGS_DEFAULT;
+    t.tp_doc =
+        "A collective in flight. Keeps its tensors alive until it finished; dropping it "
+        "unfinished is safe.";
+    t.tp_weaklistoffset = offsetof(HandleObject, weakrefs);
+    t.tp_methods = handle_methods;
+    t.tp_getset = handle_getset;
+    return t;
+  }();
+  if (PyType_Ready(&type) < 0) throw pyb::error_already_set();
+  g_handle_type = &type;
+  m.add_object("Handle", pyb::handle(reinterpret_cast<PyObject*>(&type)));
 }
 
 }  // namespace hvd::py

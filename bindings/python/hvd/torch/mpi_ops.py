@@ -59,6 +59,7 @@ def _contiguous_inplace(tensor):
 # ---- allreduce ---------------------------------------------------------------------------
 
 _PLAIN_OPS = frozenset((Sum, Average, Min, Max, Product))
+_allreduce_host = _core.allreduce_host
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -67,14 +68,13 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     if average is not None or op not in _PLAIN_OPS:
         op = _op(average, op, "allreduce_async_")
     ps = 0 if process_set is global_process_set else _set_id(process_set)
-    if not tensor.is_cuda and tensor.is_contiguous():
-        # The hot path (a gradient per call during backward): no intermediate objects; the
-        # handle's ctx (the result) is `keep`, i.e. the tensor itself.
+    if tensor.is_cpu and tensor.is_contiguous():
+        # The hot path (a gradient per call during backward): no intermediate objects, one raw
+        # C call; the handle's ctx (the result) is `keep`, i.e. the tensor itself.
         code = _DTYPES.get(tensor.dtype)
         if code is not None:
-            return _core.allreduce_async(tensor, tensor.data_ptr(), code, tensor.shape, -1, 0,
-                                         0, name or "", op, prescale_factor, postscale_factor,
-                                         ps)
+            return _allreduce_host(tensor, tensor.data_ptr(), code, tensor.shape, name, op,
+                                   prescale_factor, postscale_factor, ps)
     buf, back = _contiguous_inplace(tensor)
     d = _desc(buf)
     h = _core.allreduce_async(buf, d[0], d[1], d[2], d[3], d[4], 0, name or "", op,
