@@ -69,8 +69,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         op = _op(average, op, "allreduce_async_")
     ps = 0 if process_set is global_process_set else _set_id(process_set)
     if tensor.is_cpu and tensor.is_contiguous():
-        # The hot path (a gradient per call during backward): no intermediate objects, one raw
-        # C call; the handle's ctx (the result) is `keep`, i.e. the tensor itself.
+        # A host tensor on a process set: one raw C call; the handle's ctx (the result) is
+        # `keep`, i.e. the tensor itself.
         code = _DTYPES.get(tensor.dtype)
         if code is not None:
             return _allreduce_host(tensor, tensor.data_ptr(), code, tensor.shape, name, op,
@@ -83,6 +83,12 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         h.keep = (buf, tensor)
         h.ctx = _Finish(lambda _h: tensor.copy_(buf))
     return h
+
+
+# The call made once per gradient: its common case (a contiguous CPU tensor, a plain op, the
+# global process set, no `average`) runs in C; every other call goes to the function above.
+_allreduce_async_py = allreduce_async_
+allreduce_async_ = _core.fast_allreduce_(_allreduce_async_py, _DTYPES, global_process_set)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
