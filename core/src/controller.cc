@@ -17,6 +17,7 @@ constexpr uint64_t kFlagUncached = 1;
 constexpr uint64_t kFlagShutdown = 2;
 constexpr uint64_t kFlagError = 4;         // a rank failed: a full round, every rank stops
 constexpr uint64_t kFlagPendingNames = 8;  // rank 0 asks for every rank's pending names
+constexpr uint64_t kFlagLateQuery = 16;    // rank 0 asks who was late (controller_late.cc)
 
 bool cacheable(const Request& r) {
   return r.group.empty() &&
@@ -99,6 +100,9 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
   if (want_shutdown) flags |= kFlagShutdown;
   if (!local_error_.empty()) flags |= kFlagError;
   if (want_pending_names_) flags |= kFlagPendingNames;
+  if (!late_query_.empty()) flags |= kFlagLateQuery;
+  last_ages_.swap(ready_ages_);
+  ready_ages_.clear();
   if (stall_threshold_s_ > 0 && num_pending_ > 0) demote_stale_cached();
   words[0] = ~flags;
   std::copy(pending_words_.begin(), pending_words_.end(), words.begin() + 1);
@@ -122,6 +126,7 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
       (any_flags & (kFlagUncached | kFlagShutdown | kFlagError)) != 0 || !joined.empty();
   Status st = out->full_round ? full_round(want_shutdown, joined, out) : Status::OK();
   if (st.ok() && (any_flags & kFlagPendingNames)) st = exchange_pending_names();
+  if (st.ok() && (any_flags & kFlagLateQuery)) st = exchange_late_ranks();
   return st;
 }
 

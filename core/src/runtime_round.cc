@@ -41,6 +41,7 @@ bool Runtime::run_once() {
   if (!submitted.ok()) controller_.fail(submitted);  // the next round stops every rank
 
   RoundResult round;
+  std::shared_ptr<Timeline> tl = active_timeline();
   const auto round_start = Timeline::Clock::now();
   Status s = controller_.run_round(want_shutdown, &round);
   ++stats_.rounds;
@@ -49,10 +50,14 @@ bool Runtime::run_once() {
     abort(s);
     return false;
   }
-  if (auto tl = active_timeline()) {
-    const auto partial =
+  round_end_ = Timeline::Clock::now();
+  ask_late_ = tl && rank_ == 0;
+  std::vector<StalledTensor> late = controller_.take_late();
+  if (tl) {
+    auto partial =
         rank_ == 0 && round.full_round ? controller_.stalled(0.0) : std::vector<StalledTensor>{};
-    tl->record_round(round_start, Timeline::Clock::now(), round.full_round, round.cached.size(),
+    for (StalledTensor& t : late) partial.push_back(std::move(t));
+    tl->record_round(round_start, round_end_, round.full_round, round.cached.size(),
                      round.responses.size(), partial);
   }
   if (round.full_round) ++stats_.full_rounds;
@@ -239,11 +244,17 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
     }
   }
   PhaseScope::set_active(outer);
+  for (TensorEntry* e : mine) {  // for rank 0's question "who was late?" (controller_late.cc)
+    const auto ago =
+        std::chrono::duration_cast<std::chrono::microseconds>(round_end_ - e->submitted);
+    controller_.note_ready(e->request.name, ago);
+    if (ask_late_ && ago >= Controller::kLateQueryMin) controller_.query_late(e->request.name, ago);
+  }
   if (timeline) {
     Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
                                                       : parts_.device_executor.get();
     timeline->record_response(r, entries, ex ? ex->name() : "none", phases, started,
-                              Timeline::Clock::now(), s);
+                              Timeline::Clock::now(), s, ask_late_);
   }
   Finished finished;
   {

@@ -104,6 +104,7 @@ Timeline::Timeline(const std::string& path, int rank)
 }
 
 Timeline::~Timeline() {
+  flush_deferred();
   if (writer_->dropped() > 0) {
     emit(metadata("hvd_dropped_events", rank_, 0,
                   "\"count\":" + std::to_string(writer_->dropped())));
@@ -144,6 +145,7 @@ void Timeline::record_round(Clock::time_point start, Clock::time_point end, bool
   last_round_end_ = end;
   ++rounds_;
   for (const StalledTensor& t : partial) late_.try_emplace(t.name, t.missing);
+  flush_deferred();  // the tensors of the last round whose late ranks this round asked for
   const std::string args =
       "\"round\":" + std::to_string(rounds_) + ",\"full\":" + (full ? "true" : "false") +
       ",\"cached\":" + std::to_string(cached) + ",\"responses\":" + std::to_string(responses);
@@ -153,8 +155,8 @@ void Timeline::record_round(Clock::time_point start, Clock::time_point end, bool
 
 void Timeline::record_response(const Response& r, const std::vector<TensorEntry*>& entries,
                                const std::string& backend, const PhaseLog& log,
-                               Clock::time_point start, Clock::time_point end,
-                               const Status& status) {
+                               Clock::time_point start, Clock::time_point end, const Status& status,
+                               bool ask_late) {
   int64_t bytes = 0;
   for (auto* e : entries) {
     if (e) bytes += static_cast<int64_t>(e->input.bytes());
@@ -175,24 +177,64 @@ void Timeline::record_response(const Response& r, const std::vector<TensorEntry*
     const int tid = tid_for(name);
     TensorEntry* e = i < entries.size() ? entries[i] : nullptr;
     auto late = late_.find(name);
+    std::vector<std::string> rest;  // the events after the wait span, in order
+    bool has_wait = false;
+    Clock::time_point ready{};
     if (e && e->submitted != Clock::time_point{} && last_round_end_ != Clock::time_point{}) {
-      const auto ready = std::max(last_round_end_, e->submitted);
-      std::string wargs;
-      if (late != late_.end()) wargs = "\"late_ranks\":" + ranks_json(late->second);
-      emit(span("wait", "wait", rank_, tid, us(e->submitted), us(ready - e->submitted), wargs));
-      emit(span("queue", "queue", rank_, tid, us(ready), us(std::max(ready, start) - ready), ""));
+      has_wait = true;
+      ready = std::max(last_round_end_, e->submitted);
+      rest.push_back(
+          span("queue", "queue", rank_, tid, us(ready), us(std::max(ready, start) - ready), ""));
     }
-    if (late != late_.end()) late_.erase(late);
-    if (in.count() > 0) emit(span("copy_in", "copy_in", rank_, tid, t0, us(in), batch));
-    emit(span(json_escape(call).c_str(), "collective", rank_, tid, t0 + us(in), us(coll),
-              coll_args));
+    if (in.count() > 0) rest.push_back(span("copy_in", "copy_in", rank_, tid, t0, us(in), batch));
+    rest.push_back(span(json_escape(call).c_str(), "collective", rank_, tid, t0 + us(in), us(coll),
+                        coll_args));
     if (out.count() > 0) {
-      emit(span("copy_out", "copy_out", rank_, tid, t0 + us(in) + us(coll), us(out), batch));
+      rest.push_back(
+          span("copy_out", "copy_out", rank_, tid, t0 + us(in) + us(coll), us(out), batch));
     }
     std::string dargs = std::string("\"ok\":") + (status.ok() ? "true" : "false");
     if (!status.ok()) dargs += ",\"error\":\"" + json_escape(status.message()) + "\"";
-    emit(instant("done", "done", rank_, tid, us(end), dargs));
+    rest.push_back(instant("done", "done", rank_, tid, us(end), dargs));
+
+    Deferred d{name,
+               tid,
+               us(e ? e->submitted : start),
+               us(ready - (e ? e->submitted : start)),
+               std::move(rest),
+               has_wait};
+    if (late != late_.end()) {
+      emit_tensor(std::move(d), &late->second);
+      late_.erase(late);
+    } else if (has_wait && ask_late && ready - e->submitted >= Controller::kLateQueryMin) {
+      // Rank 0 asks the next round who was late: written with the answer (see record_round).
+      deferred_.push_back(std::move(d));
+    } else {
+      emit_tensor(std::move(d), nullptr);
+    }
   }
+}
+
+void Timeline::emit_tensor(Deferred d, const std::vector<int>* late_ranks) {
+  if (d.has_wait) {
+    std::string wargs;
+    if (late_ranks) wargs = "\"late_ranks\":" + ranks_json(*late_ranks);
+    emit(span("wait", "wait", rank_, d.tid, d.wait_ts, d.wait_dur, wargs));
+  }
+  for (std::string& line : d.rest) emit(std::move(line));
+}
+
+void Timeline::flush_deferred() {
+  for (Deferred& d : deferred_) {
+    auto late = late_.find(d.name);
+    if (late != late_.end()) {
+      emit_tensor(std::move(d), &late->second);
+      late_.erase(late);
+    } else {
+      emit_tensor(std::move(d), nullptr);
+    }
+  }
+  deferred_.clear();
 }
 
 }  // namespace hvd::core

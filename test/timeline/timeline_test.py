@@ -89,7 +89,10 @@ def main():
     assert p.returncode == 0, out
     per = check_phases(load_strict(path), 20)
     late = [c[0][1]["args"].get("late_ranks") for c in per["grad.7"]]
-    assert [1] in late, late  # rank 1 submits grad.7 late; the first negotiation names it
+    # Rank 1 submits grad.7 3 ms late in every step (its loop idle meanwhile; the name cached
+    # after the first step): rank 0's wait names rank 1 (every time on a quiet machine; under
+    # heavy load rank 0 itself may be as late some steps), and never another rank.
+    assert late.count([1]) >= 10 and all(x in (None, [1]) for x in late), late
     rep = subprocess.run([sys.executable, TOOL, path, "--json", "--top", "20"],
                          capture_output=True, text=True)
     assert rep.returncode == 0, rep.stderr
@@ -101,12 +104,12 @@ def main():
         assert s["collectives_ms"] > 0 and s["duration_ms"] >= s["collectives_ms"]
     assert got["median"]["copies_ms"] > 0
     assert got["median"]["duration_ms"] > 2.0  # the probe computes 2 ms per step
-    # Rank 1 is 3 ms late with grad.7 in every step: it dominates the 20 longest waits (one
-    # slow round under a sanitizer may push another tensor's wait above one of grad.7's).
+    # Rank 1 is 3 ms late with grad.7 in every step: it is the most frequent of the 20 longest
+    # waits (slow rounds under load or a sanitizer push other tensors' waits above some of them).
     top = [w["name"] for w in got["longest_waits"]]
     assert len(top) == 20 and max(set(top), key=top.count) == "grad.7", top
-    assert top.count("grad.7") > len(top) // 2, top
     assert max(w["wait_ms"] for w in got["longest_waits"] if w["name"] == "grad.7") >= 2.5
+    assert [1] in [w["late_ranks"] for w in got["longest_waits"] if w["name"] == "grad.7"]
 
     # 2. Every rank its own file.
     path = os.path.join(d, "all.json")

@@ -125,6 +125,18 @@ class Controller {
   }
   const ResponseCache& cache() const { return cache_; }
 
+  // Late ranks, for the timeline (protocol in controller_late.cc).
+  /// Rank 0 asks who was late with a tensor after waiting at least this long for it.
+  static constexpr std::chrono::microseconds kLateQueryMin{100};
+  /// Every rank, for each of its entries that the last round made ready: how long before the
+  /// round ended this rank submitted it.
+  void note_ready(const std::string& name, std::chrono::microseconds ago);
+  /// Rank 0: asks in the next round which ranks submitted `name` (made ready by the last
+  /// round, after rank 0 waited `ago` for it) late.
+  void query_late(const std::string& name, std::chrono::microseconds ago);
+  /// Rank 0: the late ranks the last round found for the tensors asked about (then cleared).
+  std::vector<StalledTensor> take_late() { return std::move(late_found_); }
+
  private:
   struct Pending;
   /// After the round's AND: invalidated and ready cache bits (may throw).
@@ -148,6 +160,9 @@ class Controller {
   void demote_stale_cached();
   /// After a round whose flags asked for it: every rank's pending names to rank 0.
   Status exchange_pending_names();
+  /// After a round whose flags asked for it: every rank's ready ages of the round before, to
+  /// rank 0, which names the late ranks of the tensors it asked about.
+  Status exchange_late_ranks();
 
   Transport* transport_;
   StallClock clock_;
@@ -169,6 +184,18 @@ class Controller {
   std::chrono::steady_clock::time_point last_demote_scan_{};
   bool want_pending_names_ = false, names_collected_ = false;
   std::vector<std::vector<std::string>> pending_names_;
+  // Late ranks: this round's and the last round's ready ages, rank 0's questions and answers.
+  struct ReadyAge {
+    uint64_t name_hash;
+    int64_t ago_us;
+  };
+  struct LateQuery {
+    std::string name;
+    int64_t ago_us;
+  };
+  std::vector<ReadyAge> ready_ages_, last_ages_;
+  std::vector<LateQuery> late_query_;
+  std::vector<StalledTensor> late_found_;
 
   // Coordinator (rank 0) state.
   struct Pending {

@@ -10,12 +10,21 @@
 // Slurm) leaves a valid file holding every event flushed before the signal.
 //
 // Phases of a tensor (event `cat`, all on the tensor's row): "wait" (submitted on this rank until
-// negotiation found it ready on every rank; args.late_ranks: the ranks that had not submitted it
-// when rank 0 first saw it, when the negotiation told rank 0), "queue" (ready, waiting for
-// earlier responses of the round), "copy_in" (into the fusion buffer), "collective" (named
-// after the call, e.g. MPI_Allreduce; args: op, backend, bytes, tensors), "copy_out", "done"
-// (instant; args.ok). Row 0 holds a "negotiation" span per round and an instant "round" marker
-// per round that agreed on something.
+// negotiation found it ready on every rank; args.late_ranks, rank 0 only: the ranks that had not
+// submitted it when rank 0 first saw it through its table, else, when rank 0 waited at least
+// Controller::kLateQueryMin, the last ranks to submit it, by how long before the round ended
+// (controller_late.cc); such a tensor's events are written after the next round), "queue" (ready,
+// waiting for earlier responses of the round), "copy_in" (the tensors' data copied into an
+// intermediate buffer: fusion, gather or pack buffer), "collective" (named after the call, e.g.
+// MPI_Allreduce, MPI_Allgatherv, ncclAllReduce; args: op, backend, bytes, tensors), "copy_out"
+// (out of an intermediate buffer into the outputs), "done" (instant; args.ok). A path that
+// copies nothing (in place, straight from input to output) has no copy_in / copy_out; one that
+// copies in several slices or steps shows each phase's summed time, in that order. Row 0 holds
+// a "negotiation" span per round and an instant "round" marker per round that agreed on
+// something.
+//
+// Device executors (NCCL) enqueue their copies and calls on a stream and return: their
+// PhaseScopes, and the response's span, measure launch time, not the work on the GPU.
 #pragma once
 
 #include <chrono>
@@ -86,21 +95,34 @@ class Timeline {
   void record_round(Clock::time_point start, Clock::time_point end, bool full, size_t cached,
                     size_t responses, const std::vector<StalledTensor>& partial);
   /// Response `r` ran from `start` to `end` on `entries` (null or stand-in entries have no
-  /// wait phase) through executor `backend`, with the phase times in `log`.
+  /// wait phase) through executor `backend`, with the phase times in `log`. `ask_late`: rank 0
+  /// asks the next round who was late with the tensors it waited for at least
+  /// Controller::kLateQueryMin (and not yet known late): those are written after that round.
   void record_response(const Response& r, const std::vector<TensorEntry*>& entries,
                        const std::string& backend, const PhaseLog& log, Clock::time_point start,
-                       Clock::time_point end, const Status& status);
+                       Clock::time_point end, const Status& status, bool ask_late = false);
   /// Events dropped because the writer fell behind.
   uint64_t dropped() const;
 
  private:
+  // One tensor's events of one response: its wait span (when it has one) and what follows.
+  struct Deferred {
+    std::string name;
+    int tid;
+    double wait_ts, wait_dur;
+    std::vector<std::string> rest;
+    bool has_wait;
+  };
   int tid_for(const std::string& name);
   void emit(std::string line);
+  void emit_tensor(Deferred d, const std::vector<int>* late_ranks);
+  void flush_deferred();
 
   int rank_;
   std::unique_ptr<TimelineWriter> writer_;
   std::unordered_map<std::string, int> tids_;               // tensor name -> row
   std::unordered_map<std::string, std::vector<int>> late_;  // name -> ranks missing first
+  std::vector<Deferred> deferred_;  // waiting for the next round's late ranks
   Clock::time_point last_round_end_{};
   uint64_t rounds_ = 0;
 };
