@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host allgather over MPI: ragged first dimension, fused or straight into the output.
+// Timeline phases: one tensor goes straight from its input into its output ("collective"
+// only); fused tensors are copied into the fusion buffer ("copy_in"), gathered into the gather
+// buffer and copied out of it into their outputs ("copy_out").
 #include <climits>
 #include <cstring>
 
+#include "hvd/core/timeline.h"
 #include "hvd/ops/mpi_executor.h"
 #include "hvd/ops/mpi_util.h"
 
@@ -73,20 +77,28 @@ Status MpiExecutor::allgather(const Response& r, const std::vector<TensorEntry*>
     static uint8_t dummy[8];
     void* out = es[0]->output.data ? es[0]->output.data : dummy;
     const void* in = es[0]->input.data ? es[0]->input.data : dummy;
+    core::PhaseScope call(core::Phase::kCollective, "MPI_Allgatherv");
     HVD_MPI_CHECK(MPI_Allgatherv(in, mine, type, out, icounts.data(), idispls.data(), type, comm_));
     return failed;
   }
   uint8_t* send = fusion_buffer(static_cast<size_t>(mine) * esize + 1);
-  size_t pos = 0;
-  for (auto* e : es) {
-    if (e->input.bytes()) std::memcpy(send + pos, e->input.data, e->input.bytes());
-    pos += e->input.bytes();
-  }
   uint8_t* recv = gather_buffer(static_cast<size_t>(off) * esize + 1);
-  HVD_MPI_CHECK(
-      MPI_Allgatherv(send, mine, type, recv, icounts.data(), idispls.data(), type, comm_));
-  // Rank j's block holds its rows of tensor 0, then of tensor 1, ...
   std::vector<size_t> out_off(k, 0);
+  size_t pos = 0;
+  {
+    core::PhaseScope copy(core::Phase::kCopyIn);
+    for (auto* e : es) {
+      if (e->input.bytes()) std::memcpy(send + pos, e->input.data, e->input.bytes());
+      pos += e->input.bytes();
+    }
+  }
+  {
+    core::PhaseScope call(core::Phase::kCollective, "MPI_Allgatherv");
+    HVD_MPI_CHECK(
+        MPI_Allgatherv(send, mine, type, recv, icounts.data(), idispls.data(), type, comm_));
+  }
+  // Rank j's block holds its rows of tensor 0, then of tensor 1, ...
+  core::PhaseScope copy(core::Phase::kCopyOut);
   pos = 0;
   for (size_t j = 0; j < n; ++j) {
     for (size_t i = 0; i < k; ++i) {

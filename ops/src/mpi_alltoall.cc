@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host alltoall over MPI: rows of the first dimension to each rank, by the negotiated splits.
+// Host alltoall over MPI: rows of the first dimension to each rank, by the negotiated splits,
+// straight from the input into the output (timeline: "collective" only, no copies).
 #include <climits>
 
+#include "hvd/core/timeline.h"
 #include "hvd/ops/mpi_executor.h"
 #include "hvd/ops/mpi_util.h"
 
@@ -44,6 +46,7 @@ Status MpiExecutor::alltoall(const Response& r, const std::vector<TensorEntry*>&
     const void* in = e->input.data ? e->input.data : dummy;
     void* out = e->output.data ? e->output.data : dummy;
     const MPI_Datatype type = mpi_type(r.dtype);
+    core::PhaseScope call(core::Phase::kCollective, "MPI_Alltoallv");
     HVD_MPI_CHECK(
         MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm_));
     e->handle->received_splits = std::move(received);

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host reducescatter over MPI: each rank gets its slice of the reduced first dimension.
+// Timeline phases: float16 / bfloat16 are widened into the fusion buffer ("copy_in") and
+// narrowed from the gather buffer into the output ("copy_out"); other dtypes go straight from
+// the input into the output ("collective" only), except that a prescale scales a copy of the
+// input in the fusion buffer ("copy_in").
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
+#include "hvd/core/timeline.h"
 #include "hvd/ops/cpu_kernels.h"
 #include "hvd/ops/mpi_executor.h"
 #include "hvd/ops/mpi_util.h"
@@ -12,6 +17,10 @@ namespace hvd::ops {
 
 using core::Response;
 using core::TensorEntry;
+
+namespace {
+constexpr const char* kCall = "MPI_Reduce_scatter";  // the timeline's name of the collective
+}  // namespace
 
 int64_t reducescatter_rows(int64_t rows, int size, int rank) {
   return rows / size + (rank < rows % size ? 1 : 0);
@@ -46,18 +55,27 @@ Status MpiExecutor::reducescatter(const Response& r, const std::vector<TensorEnt
     if (reduced_as_float(dt)) {  // accumulate float16 / bfloat16 in float32
       auto* buf = reinterpret_cast<float*>(fusion_buffer(static_cast<size_t>(total) * 4 + 4));
       auto* res = reinterpret_cast<float*>(gather_buffer(static_cast<size_t>(mine) * 4 + 4));
-      widen_to_float(e->input.data, dt, total, r.prescale, buf);
-      HVD_MPI_CHECK(MPI_Reduce_scatter(buf, res, counts.data(), MPI_FLOAT, MPI_SUM, comm_));
+      {
+        core::PhaseScope copy(core::Phase::kCopyIn);
+        widen_to_float(e->input.data, dt, total, r.prescale, buf);
+      }
+      {
+        core::PhaseScope call(core::Phase::kCollective, kCall);
+        HVD_MPI_CHECK(MPI_Reduce_scatter(buf, res, counts.data(), MPI_FLOAT, MPI_SUM, comm_));
+      }
+      core::PhaseScope copy(core::Phase::kCopyOut);
       narrow_from_float(res, mine, post, dt, out);
       continue;
     }
     const void* send = e->input.data ? e->input.data : dummy;
     if (r.prescale != 1.0) {  // scale a copy: the input stays untouched
+      core::PhaseScope copy(core::Phase::kCopyIn);
       uint8_t* buf = fusion_buffer(static_cast<size_t>(total) * esize + 1);
       if (total) std::memcpy(buf, e->input.data, static_cast<size_t>(total) * esize);
       scale_in_place(buf, dt, total, r.prescale);
       send = buf;
     }
+    core::PhaseScope call(core::Phase::kCollective, kCall);
     HVD_MPI_CHECK(MPI_Reduce_scatter(send, out, counts.data(), mpi_type(dt), MPI_SUM, comm_));
     scale_in_place(out, dt, mine, post);
   }

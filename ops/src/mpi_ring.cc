@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fused host allreduce without a fusion buffer: a ring reduce-scatter then a ring allgather
 // over the tensors laid end to end, moving data straight between the tensors of neighbours.
+// Timeline phases: pieces too small for their own message are packed into the gather buffer
+// before a send ("copy_in") and, in the allgather phase, unpacked from the staging buffer into
+// the tensors ("copy_out"); the rest of the ring, the staged reductions included, is the
+// collective. Only large pieces: no copies, no copy phases.
 #include <cstring>
 
+#include "hvd/core/timeline.h"
 #include "hvd/ops/cpu_kernels.h"
 #include "hvd/ops/mpi_executor.h"
 #include "hvd/ops/mpi_util.h"
@@ -16,6 +21,8 @@ using core::TensorEntry;
 namespace {
 constexpr int kTagReduce = 0x6876;  // the data communicator carries no other point-to-point
 constexpr int kTagGather = 0x6877;
+// The timeline's name of the collective: point-to-point messages around the ring.
+constexpr const char* kRingCall = "ring allreduce (MPI_Isend/MPI_Irecv)";
 }  // namespace
 
 Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEntry*>& entries,
@@ -69,19 +76,23 @@ Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEn
                               static_cast<int>(rc.packed_elems), type, left, tag, comm_,
                               &reqs.back()));
     }
-    const int64_t pack_base = sc.elems - sc.packed_elems;
     for (size_t k = 0; k < sc.pieces.size(); ++k) {
+      if (!sc.direct[k]) continue;
       const RingPiece& p = sc.pieces[k];
-      if (sc.direct[k]) {
-        reqs.push_back(MPI_REQUEST_NULL);
-        HVD_MPI_CHECK(
-            MPI_Isend(at(p), static_cast<int>(p.count), type, right, tag, comm_, &reqs.back()));
-      } else {
-        std::memcpy(packed + (sc.staged_offset[k] - pack_base) * es, at(p),
-                    static_cast<size_t>(p.count) * es);
-      }
+      reqs.push_back(MPI_REQUEST_NULL);
+      HVD_MPI_CHECK(
+          MPI_Isend(at(p), static_cast<int>(p.count), type, right, tag, comm_, &reqs.back()));
     }
-    if (sc.packed_elems) {
+    if (sc.packed_elems) {  // the small pieces, packed in order, as one message after them
+      const int64_t pack_base = sc.elems - sc.packed_elems;
+      {
+        core::PhaseScope copy(core::Phase::kCopyIn);
+        for (size_t k = 0; k < sc.pieces.size(); ++k) {
+          if (sc.direct[k]) continue;
+          std::memcpy(packed + (sc.staged_offset[k] - pack_base) * es, at(sc.pieces[k]),
+                      static_cast<size_t>(sc.pieces[k].count) * es);
+        }
+      }
       reqs.push_back(MPI_REQUEST_NULL);
       HVD_MPI_CHECK(MPI_Isend(packed, static_cast<int>(sc.packed_elems), type, right, tag, comm_,
                               &reqs.back()));
@@ -90,6 +101,7 @@ Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEn
     return Status::OK();
   };
 
+  core::PhaseScope call(core::Phase::kCollective, kRingCall);
   // Reduce-scatter: after n-1 steps this rank holds the reduction of chunk (rank + 1) % n.
   for (int s = 0; s < n - 1; ++s) {
     const RingChunk& rc = chunks[static_cast<size_t>((rank_ + 2 * n - s - 1) % n)];
@@ -108,6 +120,8 @@ Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEn
     const RingChunk& rc = chunks[static_cast<size_t>((rank_ + n - s) % n)];
     HVD_RETURN_IF_ERROR(
         step(rc, chunks[static_cast<size_t>((rank_ + 1 + n - s) % n)], kTagGather, true));
+    if (!rc.packed_elems) continue;  // every piece arrived in place
+    core::PhaseScope copy(core::Phase::kCopyOut);
     for (size_t k = 0; k < rc.pieces.size(); ++k) {
       if (rc.direct[k]) continue;
       std::memcpy(at(rc.pieces[k]), staged + rc.staged_offset[k] * es,

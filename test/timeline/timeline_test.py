@@ -150,6 +150,63 @@ def main():
     trace = load_strict(path)
     check_phases(trace, 5)
     print("timeline mpi test: ok (%d events after SIGTERM)" % len(trace))
+    check_paths(d)
+
+
+RING = "ring allreduce (MPI_Isend/MPI_Irecv)"
+# The probe's "ops" mode: tensor name (a "/" ends a group's name: its members) -> (op, the
+# call the collective span is named after, tensors in the response, copies in, copies out).
+PATHS = {
+    "ag.one": ("allgather", "MPI_Allgatherv", 1, False, False),  # straight into the output
+    "ag.fused/": ("allgather", "MPI_Allgatherv", 3, True, True),  # fusion + gather buffers
+    "a2a": ("alltoall", "MPI_Alltoallv", 1, False, False),
+    "rs.f32": ("reducescatter", "MPI_Reduce_scatter", 1, False, False),
+    "rs.prescaled": ("reducescatter", "MPI_Reduce_scatter", 1, True, False),  # scaled copy in
+    "rs.f16": ("reducescatter", "MPI_Reduce_scatter", 1, True, True),  # widened, narrowed
+    "ring.mixed/": ("allreduce", RING, 8, True, True),  # small tensors packed, unpacked
+    "ring.large/": ("allreduce", RING, 2, False, False),  # every piece sent in place
+}
+
+
+def check_paths(d):
+    """Every host path other than the fused MPI_Allreduce names its collective span after the
+    call it makes and reports copy_in / copy_out exactly where it copies through a buffer,
+    the phases in order, back to back, within the response (on both ranks)."""
+    steps = 4
+    path = os.path.join(d, "ops.json")
+    p = mpirun([str(steps), "ops"], {"HVD_TIMELINE": path, "HVD_TIMELINE_ALL_RANKS": "1"})
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0, out
+    for r in (0, 1):
+        per = collectives(load_strict(os.path.join(d, "ops.rank%d.json" % r)))
+        seen = dict.fromkeys(PATHS, 0)
+        for name, colls in per.items():
+            key = name if name in PATHS else name.lstrip("@").split("/")[0] + "/"
+            assert key in PATHS, (r, name)
+            op, call, tensors, copy_in, copy_out = PATHS[key]
+            seen[key] += len(colls)
+            for c in colls:
+                cats = [k for k, _ in c]
+                want = [k for k in ("wait", "queue") if k in cats] + \
+                    ["copy_in"] * copy_in + ["collective"] + ["copy_out"] * copy_out + ["done"]
+                assert cats == want, (r, name, cats, want)
+                ev = dict(c)
+                coll = ev["collective"]
+                assert coll["name"] == call, (r, name, coll)
+                assert coll["args"]["op"] == op and coll["args"]["backend"] == "mpi", coll
+                assert coll["args"]["tensors"] == tensors, (r, name, coll)
+                assert ev["done"]["args"]["ok"], ev["done"]
+                # The response: from its first phase to done, its phases back to back.
+                phases = [ev[k] for k in ("copy_in", "collective", "copy_out") if k in ev]
+                t, end = phases[0]["ts"], ev["done"]["ts"]
+                for e in phases:
+                    assert abs(e["ts"] - t) <= 1.0 and e["dur"] >= 0, (r, name, e, t)
+                    t = e["ts"] + e["dur"]
+                assert abs(t - end) <= 1.0, (r, name, "phases end at", t, "done at", end)
+        members = {"ag.fused/": 3, "ring.mixed/": 8, "ring.large/": 2}
+        for key, n in seen.items():
+            assert n == steps * members.get(key, 1), (r, key, n)
+    print("timeline ops paths: ok")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // NCCL broadcast, allgather (ragged: grouped send/recv), alltoall and reducescatter.
+// Timeline phases as in nccl_executor.cc: the PhaseScopes time launches, not device work.
 #include <algorithm>
 
 #include "device_state.h"
 #include "executor_util.h"
+#include "hvd/core/timeline.h"
 #include "hvd/ops/nccl/check.h"
 #include "hvd/ops/nccl/nccl_executor.h"
 
@@ -13,6 +15,9 @@ using core::Response;
 using core::TensorEntry;
 
 namespace {
+
+// The timeline's name of a group of point-to-point calls (ragged allgather, alltoall).
+constexpr const char* kSendRecv = "ncclSend/ncclRecv";
 
 // Runs `f` between ncclGroupStart and ncclGroupEnd; the group is closed even when f fails.
 template <typename F>
@@ -65,6 +70,7 @@ Status NcclExecutor::broadcast(DeviceState* d, const Response& r,
     if (!zr.ok()) return d->fail_response(zr.status());
     z = zr.value();
   }
+  core::PhaseScope call(core::Phase::kCollective, "ncclBroadcast");  // launch only
   HVD_RETURN_IF_ERROR(grouped([&]() -> Status {
     for (size_t i = 0; i < es.size(); ++i) {
       const size_t bytes = es[i]->input.bytes();
@@ -122,13 +128,16 @@ Status NcclExecutor::allgather(DeviceState* d, const Response& r,
     auto rb = d->gather.get(p.total + 16);
     if (!sb.ok()) return d->fail_response(sb.status());
     if (!rb.ok()) return d->fail_response(rb.status());
+    core::PhaseScope copy(core::Phase::kCopyIn);  // the launch of the pack kernel
     HVD_RETURN_IF_ERROR(d->copy(p.pack(src, sb.value()), r.dtype, Scale{}));
     send = sb.value();
     recv = static_cast<uint8_t*>(rb.value());
   }
   if (p.equal) {
+    core::PhaseScope call(core::Phase::kCollective, "ncclAllGather");  // launch only
     HVD_NCCL_CHECK(ncclAllGather(send, recv, p.count[0], ncclUint8, d->comm, d->stream));
   } else {
+    core::PhaseScope call(core::Phase::kCollective, kSendRecv);  // launch only
     HVD_RETURN_IF_ERROR(grouped([&]() -> Status {
       for (size_t j = 0; j < n; ++j) {
         const int peer = static_cast<int>(j);
@@ -143,7 +152,10 @@ Status NcclExecutor::allgather(DeviceState* d, const Response& r,
       return Status::OK();
     }));
   }
-  if (p.packed()) HVD_RETURN_IF_ERROR(d->copy(p.unpack(recv, dst), r.dtype, Scale{}));
+  if (p.packed()) {
+    core::PhaseScope copy(core::Phase::kCopyOut);  // the launch of the unpack kernel
+    HVD_RETURN_IF_ERROR(d->copy(p.unpack(recv, dst), r.dtype, Scale{}));
+  }
   return in.status();
 }
 
@@ -182,6 +194,7 @@ Status NcclExecutor::alltoall(DeviceState* d, const Response& r,
     }
     const auto* send = in.valid(i) ? static_cast<const uint8_t*>(e->input.data) : z;
     auto* recv = in.valid(i) ? static_cast<uint8_t*>(e->output.data) : z + zero_bytes;
+    core::PhaseScope call(core::Phase::kCollective, kSendRecv);  // launch only
     HVD_RETURN_IF_ERROR(grouped([&]() -> Status {
       for (size_t j = 0; j < n; ++j) {
         const int peer = static_cast<int>(j);
@@ -233,11 +246,18 @@ Status NcclExecutor::reducescatter(DeviceState* d, const Response& r,
     auto gb = d->gather.get(static_cast<size_t>(p.block) * esize + 16);
     if (!fb.ok()) return d->fail_response(fb.status());
     if (!gb.ok()) return d->fail_response(gb.status());
-    HVD_RETURN_IF_ERROR(
-        d->copy(p.pack(in.valid(i) ? e->input.data : nullptr, fb.value(), esize), r.dtype, pre));
-    HVD_NCCL_CHECK(ncclReduceScatter(fb.value(), gb.value(), static_cast<size_t>(p.block), type, op,
-                                     d->comm, d->stream));
+    {
+      core::PhaseScope copy(core::Phase::kCopyIn);  // the launch of the pack kernel
+      HVD_RETURN_IF_ERROR(
+          d->copy(p.pack(in.valid(i) ? e->input.data : nullptr, fb.value(), esize), r.dtype, pre));
+    }
+    {
+      core::PhaseScope call(core::Phase::kCollective, "ncclReduceScatter");  // launch only
+      HVD_NCCL_CHECK(ncclReduceScatter(fb.value(), gb.value(), static_cast<size_t>(p.block), type,
+                                       op, d->comm, d->stream));
+    }
     if (in.valid(i)) {
+      core::PhaseScope copy(core::Phase::kCopyOut);  // the launch of the copy kernel
       HVD_RETURN_IF_ERROR(d->copy({{gb.value(), e->output.data, p.mine}}, r.dtype, out_scale));
     }
   }

@@ -1,5 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The NCCL executor: device selection, input checks, allreduce (fused or in place).
+//
+// Timeline phases: copies of tensors into and out of the fusion (and gather) buffers report
+// "copy_in" / "copy_out", NCCL calls "collective" named after the call (ncclAllReduce ...),
+// paths without such copies report the collective only. Device work is asynchronous: these
+// PhaseScopes time the enqueueing of the copy kernels and NCCL calls on the stream (launch
+// time), not the work on the GPU, which runs after launch() has returned (the hierarchical
+// allreduce is the exception: it waits for the device halfway through).
 #include "hvd/ops/nccl/nccl_executor.h"
 
 #include <algorithm>
@@ -7,6 +14,7 @@
 
 #include "device_state.h"
 #include "executor_util.h"
+#include "hvd/core/timeline.h"
 #include "hvd/ops/nccl/check.h"
 
 namespace hvd::ops::nccl {
@@ -14,6 +22,12 @@ namespace hvd::ops::nccl {
 using core::OpType;
 using core::Response;
 using core::TensorEntry;
+
+namespace {
+// The timeline's name of the hierarchical allreduce: its calls, in order (the host staging
+// copies and the wait for the device between them count as the collective).
+constexpr const char* kHierarchicalCall = "ncclReduceScatter+MPI_Allreduce+ncclAllGather";
+}  // namespace
 
 NcclExecutor::NcclExecutor(MPI_Comm comm, NcclOptions opts) : comm_(comm), opts_(opts) {
   MPI_Comm_size(comm_, &size_);
@@ -167,6 +181,7 @@ Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
       HVD_RETURN_IF_ERROR(d->copy({{src, dst, n}}, r.dtype, pre));
       src = dst;
     }
+    core::PhaseScope call(core::Phase::kCollective, "ncclAllReduce");  // launch only
     HVD_NCCL_CHECK(ncclAllReduce(src, dst, static_cast<size_t>(n), type, op, d->comm, d->stream));
     if (!out_scale.identity()) HVD_RETURN_IF_ERROR(d->copy({{dst, dst, n}}, r.dtype, out_scale));
     return in.status();
@@ -186,13 +201,19 @@ Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
     cin.push_back({ok ? es[i]->input.data : nullptr, slot, numels[i]});
     if (ok) cout.push_back({slot, es[i]->output.data, numels[i]});
   }
-  HVD_RETURN_IF_ERROR(d->copy(cin, r.dtype, pre));
+  {
+    core::PhaseScope copy(core::Phase::kCopyIn);  // the launch of the copy kernel
+    HVD_RETURN_IF_ERROR(d->copy(cin, r.dtype, pre));
+  }
   if (hier) {
+    core::PhaseScope call(core::Phase::kCollective, kHierarchicalCall);
     HVD_RETURN_IF_ERROR(hierarchical_allreduce(d, buf, l.padded, r));
   } else {
+    core::PhaseScope call(core::Phase::kCollective, "ncclAllReduce");  // launch only
     HVD_NCCL_CHECK(
         ncclAllReduce(buf, buf, static_cast<size_t>(l.total), type, op, d->comm, d->stream));
   }
+  core::PhaseScope copy(core::Phase::kCopyOut);  // the launch of the copy kernel
   HVD_RETURN_IF_ERROR(d->copy(cout, r.dtype, out_scale));
   return in.status();
 }
