@@ -129,6 +129,7 @@ Status Runtime::execute_process_set_op(const Response& r, TensorEntry* e) {
     std::shared_ptr<Runtime> child;
     if (p.transport) {
       child = std::make_shared<Runtime>(config_, std::move(p));
+      child->share_timeline(*this, ranks);
       child->start();
     }
     {

@@ -27,8 +27,10 @@ Runtime::Runtime(Config config, RuntimeParts parts)
       controller_(parts_.transport.get(), config_.cache_capacity, parts_.clock),
       rank_(parts_.transport->rank()),
       size_(parts_.transport->size()),
+      timeline_slot_(std::make_shared<TimelineSlot>()),
       stall_(config_) {
   controller_.set_stall_threshold(stall_.threshold_s());
+  timeline_slot_->writes = writes_timeline();
   if (!config_.timeline.empty()) {
     Status s = start_timeline(config_.timeline);
     if (!s.ok()) {
@@ -43,23 +45,29 @@ Status Runtime::start_timeline(const std::string& path) {
   auto t = std::make_shared<Timeline>(file, rank_);
   if (!t->ok()) return invalid_argument("cannot write the timeline to '" + file + "'");
   t->start();
-  std::lock_guard<std::mutex> lk(timeline_mu_);
-  timeline_ = std::move(t);  // a previous timeline closes once the last response using it ends
+  std::lock_guard<std::mutex> lk(timeline_slot_->mu);
+  timeline_slot_->timeline = std::move(t);  // a previous one closes once the last user ends
   return Status::OK();
 }
 
 void Runtime::stop_timeline() {
+  if (!writes_timeline()) return;
   std::shared_ptr<Timeline> old;
   {
-    std::lock_guard<std::mutex> lk(timeline_mu_);
-    old = std::move(timeline_);
+    std::lock_guard<std::mutex> lk(timeline_slot_->mu);
+    old = std::move(timeline_slot_->timeline);
   }
 }
 
 std::shared_ptr<Timeline> Runtime::active_timeline() const {
-  if (!writes_timeline()) return nullptr;  // elsewhere there is never one: no lock
-  std::lock_guard<std::mutex> lk(timeline_mu_);
-  return timeline_;
+  if (!timeline_slot_->writes) return nullptr;  // elsewhere there is never one: no lock
+  std::lock_guard<std::mutex> lk(timeline_slot_->mu);
+  return timeline_slot_->timeline;
+}
+
+void Runtime::share_timeline(const Runtime& global, std::vector<int32_t> global_ranks) {
+  timeline_slot_ = global.timeline_slot_;
+  global_ranks_ = std::move(global_ranks);
 }
 
 Runtime::~Runtime() {

@@ -57,8 +57,13 @@ bool Runtime::run_once() {
     auto partial =
         rank_ == 0 && round.full_round ? controller_.stalled(0.0) : std::vector<StalledTensor>{};
     for (StalledTensor& t : late) partial.push_back(std::move(t));
-    tl->record_round(round_start, round_end_, round.full_round, round.cached.size(),
-                     round.responses.size(), partial);
+    if (!global_ranks_.empty()) {  // a process set: the file names global ranks
+      for (StalledTensor& t : partial) {
+        for (int& r : t.missing) r = global_ranks_.at(static_cast<size_t>(r));
+      }
+    }
+    tl->record_round(parts_.process_set, round_start, round_end_, round.full_round,
+                     round.cached.size(), round.responses.size(), partial);
   }
   if (round.full_round) ++stats_.full_rounds;
   const bool fruitless = round.cached.empty() && round.responses.empty() && fresh_.empty();
@@ -253,8 +258,8 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   if (timeline) {
     Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
                                                       : parts_.device_executor.get();
-    timeline->record_response(r, entries, ex ? ex->name() : "none", phases, started,
-                              Timeline::Clock::now(), s, ask_late_);
+    timeline->record_response(parts_.process_set, r, entries, ex ? ex->name() : "none", phases,
+                              started, Timeline::Clock::now(), s, ask_late_);
   }
   Finished finished;
   {

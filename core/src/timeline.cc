@@ -101,10 +101,14 @@ Timeline::Timeline(const std::string& path, int rank)
   emit(metadata("process_sort_index", rank_, 0, "\"sort_index\":" + std::to_string(rank_)));
   emit(metadata("thread_name", rank_, 0, "\"name\":\"negotiation\""));
   emit(metadata("thread_sort_index", rank_, 0, "\"sort_index\":0"));
+  tids_.emplace(std::make_pair(0, std::string()), 0);  // row 0: the global set's negotiation
 }
 
 Timeline::~Timeline() {
-  flush_deferred();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& kv : sets_) flush_deferred(&kv.second);
+  }
   if (writer_->dropped() > 0) {
     emit(metadata("hvd_dropped_events", rank_, 0,
                   "\"count\":" + std::to_string(writer_->dropped())));
@@ -129,34 +133,42 @@ std::string Timeline::path_for_rank(const std::string& path, int rank) {
 
 void Timeline::emit(std::string line) { writer_->push(std::move(line)); }
 
-int Timeline::tid_for(const std::string& name) {
-  auto it = tids_.find(name);
+int Timeline::tid_for(int32_t set, const std::string& name) {
+  auto key = std::make_pair(set, name);
+  auto it = tids_.find(key);
   if (it != tids_.end()) return it->second;
-  const int tid = static_cast<int>(tids_.size()) + 1;  // row 0: negotiation
-  tids_.emplace(name, tid);
-  emit(metadata("thread_name", rank_, tid, "\"name\":\"" + json_escape(name) + "\""));
+  const int tid = static_cast<int>(tids_.size());  // row 0: the global set's negotiation
+  tids_.emplace(std::move(key), tid);
+  // "" is the set's negotiation row.
+  std::string row = name.empty() ? "negotiation" : name;
+  if (set != 0) row += " [process set " + std::to_string(set) + "]";
+  emit(metadata("thread_name", rank_, tid, "\"name\":\"" + json_escape(row) + "\""));
   emit(metadata("thread_sort_index", rank_, tid, "\"sort_index\":" + std::to_string(tid)));
   return tid;
 }
 
-void Timeline::record_round(Clock::time_point start, Clock::time_point end, bool full,
+void Timeline::record_round(int32_t set, Clock::time_point start, Clock::time_point end, bool full,
                             size_t cached, size_t responses,
-                            const std::vector<StalledTensor>& partial) {
-  last_round_end_ = end;
-  ++rounds_;
-  for (const StalledTensor& t : partial) late_.try_emplace(t.name, t.missing);
-  flush_deferred();  // the tensors of the last round whose late ranks this round asked for
-  const std::string args =
-      "\"round\":" + std::to_string(rounds_) + ",\"full\":" + (full ? "true" : "false") +
+                            const std::vector<StalledTensor>& late) {
+  std::lock_guard<std::mutex> lk(mu_);
+  SetState& st = sets_[set];
+  st.last_round_end = end;
+  ++st.rounds;
+  for (const StalledTensor& t : late) st.late.try_emplace(t.name, t.missing);
+  flush_deferred(&st);  // the tensors of the last round whose late ranks this round asked for
+  std::string args =
+      "\"round\":" + std::to_string(st.rounds) + ",\"full\":" + (full ? "true" : "false") +
       ",\"cached\":" + std::to_string(cached) + ",\"responses\":" + std::to_string(responses);
-  emit(span("negotiation", "negotiation", rank_, 0, us(start), us(end - start), args));
-  if (cached + responses > 0) emit(instant("round", "round", rank_, 0, us(end), args));
+  if (set != 0) args += ",\"process_set\":" + std::to_string(set);
+  const int tid = tid_for(set, "");
+  emit(span("negotiation", "negotiation", rank_, tid, us(start), us(end - start), args));
+  if (cached + responses > 0) emit(instant("round", "round", rank_, tid, us(end), args));
 }
 
-void Timeline::record_response(const Response& r, const std::vector<TensorEntry*>& entries,
-                               const std::string& backend, const PhaseLog& log,
-                               Clock::time_point start, Clock::time_point end, const Status& status,
-                               bool ask_late) {
+void Timeline::record_response(int32_t set, const Response& r,
+                               const std::vector<TensorEntry*>& entries, const std::string& backend,
+                               const PhaseLog& log, Clock::time_point start, Clock::time_point end,
+                               const Status& status, bool ask_late) {
   int64_t bytes = 0;
   for (auto* e : entries) {
     if (e) bytes += static_cast<int64_t>(e->input.bytes());
@@ -170,19 +182,22 @@ void Timeline::record_response(const Response& r, const std::vector<TensorEntry*
       "\"tensors\":" + std::to_string(r.names.size()) + ",\"bytes\":" + std::to_string(bytes);
   const std::string coll_args = "\"op\":\"" + std::string(op_name(r.op)) + "\",\"backend\":\"" +
                                 json_escape(backend) + "\"," + batch +
-                                ",\"phase_scopes\":" + std::to_string(log.scopes);
+                                ",\"phase_scopes\":" + std::to_string(log.scopes) +
+                                (set != 0 ? ",\"process_set\":" + std::to_string(set) : "");
   const double t0 = us(start);
+  std::lock_guard<std::mutex> lk(mu_);
+  SetState& st = sets_[set];
   for (size_t i = 0; i < r.names.size(); ++i) {
     const std::string& name = r.names[i];
-    const int tid = tid_for(name);
+    const int tid = tid_for(set, name);
     TensorEntry* e = i < entries.size() ? entries[i] : nullptr;
-    auto late = late_.find(name);
+    auto late = st.late.find(name);
     std::vector<std::string> rest;  // the events after the wait span, in order
     bool has_wait = false;
     Clock::time_point ready{};
-    if (e && e->submitted != Clock::time_point{} && last_round_end_ != Clock::time_point{}) {
+    if (e && e->submitted != Clock::time_point{} && st.last_round_end != Clock::time_point{}) {
       has_wait = true;
-      ready = std::max(last_round_end_, e->submitted);
+      ready = std::max(st.last_round_end, e->submitted);
       rest.push_back(
           span("queue", "queue", rank_, tid, us(ready), us(std::max(ready, start) - ready), ""));
     }
@@ -203,12 +218,12 @@ void Timeline::record_response(const Response& r, const std::vector<TensorEntry*
                us(ready - (e ? e->submitted : start)),
                std::move(rest),
                has_wait};
-    if (late != late_.end()) {
+    if (late != st.late.end()) {
       emit_tensor(std::move(d), &late->second);
-      late_.erase(late);
+      st.late.erase(late);
     } else if (has_wait && ask_late && ready - e->submitted >= Controller::kLateQueryMin) {
       // Rank 0 asks the next round who was late: written with the answer (see record_round).
-      deferred_.push_back(std::move(d));
+      st.deferred.push_back(std::move(d));
     } else {
       emit_tensor(std::move(d), nullptr);
     }
@@ -224,17 +239,17 @@ void Timeline::emit_tensor(Deferred d, const std::vector<int>* late_ranks) {
   for (std::string& line : d.rest) emit(std::move(line));
 }
 
-void Timeline::flush_deferred() {
-  for (Deferred& d : deferred_) {
-    auto late = late_.find(d.name);
-    if (late != late_.end()) {
+void Timeline::flush_deferred(SetState* st) {
+  for (Deferred& d : st->deferred) {
+    auto late = st->late.find(d.name);
+    if (late != st->late.end()) {
       emit_tensor(std::move(d), &late->second);
-      late_.erase(late);
+      st->late.erase(late);
     } else {
       emit_tensor(std::move(d), nullptr);
     }
   }
-  deferred_.clear();
+  st->deferred.clear();
 }
 
 }  // namespace hvd::core

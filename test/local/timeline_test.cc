@@ -214,3 +214,68 @@ TEST_CASE("start_timeline and stop_timeline switch the file at run time", "[loca
   std::remove(first.c_str());
   std::remove(second.c_str());
 }
+
+TEST_CASE("process sets write their rows, rounds and late ranks to the global set's file",
+          "[local]") {
+  const std::string path = temp_path("sets");
+  Config cfg;
+  cfg.timeline = path;
+  int32_t id = 0;
+  {
+    Cluster c(3, cfg);
+    c.start_all();
+    std::vector<Handle> add;
+    for (int r = 0; r < 3; ++r) add.push_back(c[r].add_process_set({0, 2}));
+    for (auto& h : add) await_ok(h, "add_process_set");
+    id = static_cast<int32_t>(add[0].state()->result);
+    Opts o;
+    o.process_set = id;
+    for (int step = 0; step < 2; ++step) {  // step 1: cached; its rounds answer step 0's question
+      std::vector<Tensor<float>> t, g;
+      for (int r = 0; r < 3; ++r) {
+        t.emplace_back(std::vector<float>{1.0f + static_cast<float>(r)});
+        g.emplace_back(std::vector<float>{1.0f});
+      }
+      std::vector<Handle> hs;
+      // The same name in the global set and in the set: two rows.
+      for (int r = 0; r < 3; ++r) hs.push_back(submit(c[r], "ps.x", g[static_cast<size_t>(r)]));
+      hs.push_back(submit(c[0], "ps.x", t[0], o));
+      // Global rank 2 (set rank 1) submits 40 ms late, its set loop idle meanwhile.
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      hs.push_back(submit(c[2], "ps.x", t[2], o));
+      for (auto& h : hs) await_ok(h, "process set allreduce");
+      CHECK(t[0].out == std::vector<float>{4.0f});
+      CHECK(g[1].out == std::vector<float>{3.0f});
+    }
+    REQUIRE(c.shutdown_all());
+  }
+  const Json trace = read_json(path);
+  std::remove(path.c_str());
+  auto row = rows(trace);
+  const std::string suffix = " [process set " + std::to_string(id) + "]";
+  REQUIRE(row.count("ps.x") == 1);
+  REQUIRE(row.count("ps.x" + suffix) == 1);
+  REQUIRE(row.count("negotiation" + suffix) == 1);
+  auto ev = events_of(trace, row["ps.x" + suffix]);
+  REQUIRE(ev.size() == 8);  // two collectives of four events
+  for (size_t first : {size_t{0}, size_t{4}}) {
+    const Json* w = check_phases(ev, first);
+    CHECK(w->operator[]("dur").num >= 35000);
+    // Late ranks are global ranks: set rank 1 is global rank 2.
+    REQUIRE(w->operator[]("args").has("late_ranks"));
+    const Json& lr = w->operator[]("args")["late_ranks"];
+    REQUIRE(lr.arr.size() == 1);
+    CHECK(lr.arr[0].num == 2);
+    CHECK(ev[first + 2]->operator[]("args")["process_set"].num == id);
+  }
+  int set_rounds = 0;
+  for (const Json* e : events_of(trace, row["negotiation" + suffix])) {
+    if (e->operator[]("cat").str == "negotiation") {
+      ++set_rounds;
+      CHECK(e->operator[]("args")["process_set"].num == id);
+    }
+  }
+  CHECK(set_rounds >= 2);
+  for (const Json* e : events_of(trace, row["ps.x"]))
+    CHECK_FALSE(e->operator[]("args").has("process_set"));
+}

@@ -164,19 +164,22 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   void run(const Response& r, const std::vector<TensorEntry*>& entries,
            const std::vector<TensorEntry*>& mine);
   Status execute_process_set_op(const Response& r, TensorEntry* e);
-  /// Rank 0 of the global set: the one runtime that writes a timeline.
-  /// (HVD_TIMELINE_ALL_RANKS: every rank of the global set.)
+  /// Rank 0 of the global set writes the timeline, its process sets' runtimes to the same file
+  /// (HVD_TIMELINE_ALL_RANKS: every rank).
   bool writes_timeline() const {
     return (rank_ == 0 || config_.timeline_all_ranks) && parts_.process_set == 0;
   }
   /// The timeline being written (null: none, or not written on this rank).
   std::shared_ptr<Timeline> active_timeline() const;
+  /// Process set runtimes (before start()): write to the global set's timeline; `global_ranks`
+  /// translates the set's ranks for it.
+  void share_timeline(const Runtime& global, std::vector<int32_t> global_ranks);
   void shutdown_children();
 
   // Lock contract. "mu_": guarded by mu_ (user threads and the background thread); "loop":
   // the background thread's alone (or run_once()'s caller when not started); "const": set by
   // the constructor. Handles are completed, and their callbacks run, only after mu_ is
-  // released (a callback may submit). sets_mu_ and timeline_mu_ are leaves: nothing else is
+  // released (a callback may submit). sets_mu_ and TimelineSlot::mu are leaves: nothing else is
   // taken, and no child runtime is called, while one of them is held.
   Config config_;          // const
   RuntimeParts parts_;     // const; the transport and executors are used by the loop only
@@ -213,10 +216,17 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   // mu_: set once the runtime stopped for good, with the reason.
   bool stopped_ = false;
   Status stop_status_;
-  // Rank 0 of the global set, from HVD_TIMELINE or start_timeline(); the background thread
-  // takes a reference per response, so stop_timeline() never closes a file in use.
-  mutable std::mutex timeline_mu_;
-  std::shared_ptr<Timeline> timeline_;
+  // The timeline (HVD_TIMELINE or start_timeline()), shared by the global set and its process
+  // sets; `writes` (const) is false where none is ever written (no lock taken there). The
+  // background threads take a reference per round and response, so stop_timeline() never
+  // closes a file in use.
+  struct TimelineSlot {
+    bool writes = false;
+    mutable std::mutex mu;
+    std::shared_ptr<Timeline> timeline;  // mu
+  };
+  std::shared_ptr<TimelineSlot> timeline_slot_;  // const after share_timeline()
+  std::vector<int32_t> global_ranks_;            // const: process set: set rank -> global rank
   // Set by start() under mu_; shutdown() joins it (or leaves it behind, see shutdown()).
   // loop_exited_ (mu_) and exit_cv_ (with mu_) tell shutdown() the loop has ended.
   std::thread thread_;

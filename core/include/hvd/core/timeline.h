@@ -29,7 +29,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -70,9 +72,14 @@ class PhaseScope {
 
 class TimelineWriter;
 
-/// One timeline file. record_* are called by one background thread; the file is written by the
-/// writer thread start() starts, so those calls never wait on disk. Events that would make the
-/// queue exceed a million lines (a disk far slower than the job) are dropped and counted.
+/// One timeline file. record_* are called by the background threads of the global set and of
+/// its process sets (one lock); the file is written by the writer thread start() starts, so
+/// those calls never wait on disk. Events that would make the queue exceed a million lines (a
+/// disk far slower than the job) are dropped and counted.
+///
+/// Process sets: the runtime of a set this rank is a member of writes to the global set's
+/// file, its tensors on rows of their own ("name [process set N]") and its rounds on a row
+/// "negotiation [process set N]"; late ranks are global ranks.
 class Timeline {
  public:
   using Clock = std::chrono::steady_clock;
@@ -89,16 +96,17 @@ class Timeline {
   /// extension, appended otherwise ("tl.json" -> "tl.rank1.json").
   static std::string path_for_rank(const std::string& path, int rank);
 
-  /// One negotiation round from `start` to `end`: `partial` lists the requests rank 0 has from
-  /// some ranks but not all after it (empty elsewhere); the first time a name appears there,
-  /// its missing ranks become that tensor's late ranks.
-  void record_round(Clock::time_point start, Clock::time_point end, bool full, size_t cached,
-                    size_t responses, const std::vector<StalledTensor>& partial);
-  /// Response `r` ran from `start` to `end` on `entries` (null or stand-in entries have no
-  /// wait phase) through executor `backend`, with the phase times in `log`. `ask_late`: rank 0
-  /// asks the next round who was late with the tensors it waited for at least
-  /// Controller::kLateQueryMin (and not yet known late): those are written after that round.
-  void record_response(const Response& r, const std::vector<TensorEntry*>& entries,
+  /// One negotiation round of process set `set` from `start` to `end`: `late` lists, on the
+  /// set's rank 0, tensors and the (global) ranks it waited for: requests it has from some
+  /// ranks but not all after the round (the first time a name appears there counts), and the
+  /// answers to its questions about the last round (see record_response).
+  void record_round(int32_t set, Clock::time_point start, Clock::time_point end, bool full,
+                    size_t cached, size_t responses, const std::vector<StalledTensor>& late);
+  /// Response `r` of process set `set` ran from `start` to `end` on `entries` (null or
+  /// stand-in entries have no wait phase) through executor `backend`, with the phase times in
+  /// `log`. `ask_late`: rank 0 asks the next round who was late with the tensors it waited for
+  /// at least Controller::kLateQueryMin (and not yet known late): those are written after it.
+  void record_response(int32_t set, const Response& r, const std::vector<TensorEntry*>& entries,
                        const std::string& backend, const PhaseLog& log, Clock::time_point start,
                        Clock::time_point end, const Status& status, bool ask_late = false);
   /// Events dropped because the writer fell behind.
@@ -113,18 +121,23 @@ class Timeline {
     std::vector<std::string> rest;
     bool has_wait;
   };
-  int tid_for(const std::string& name);
+  // What one process set's rounds leave for its next responses and round.
+  struct SetState {
+    std::unordered_map<std::string, std::vector<int>> late;  // name -> ranks waited for
+    std::vector<Deferred> deferred;  // waiting for the next round's late ranks
+    Clock::time_point last_round_end{};
+    uint64_t rounds = 0;
+  };
+  int tid_for(int32_t set, const std::string& name);  // mu_
   void emit(std::string line);
-  void emit_tensor(Deferred d, const std::vector<int>* late_ranks);
-  void flush_deferred();
+  void emit_tensor(Deferred d, const std::vector<int>* late_ranks);  // mu_
+  void flush_deferred(SetState* st);                                 // mu_
 
   int rank_;
   std::unique_ptr<TimelineWriter> writer_;
-  std::unordered_map<std::string, int> tids_;               // tensor name -> row
-  std::unordered_map<std::string, std::vector<int>> late_;  // name -> ranks missing first
-  std::vector<Deferred> deferred_;  // waiting for the next round's late ranks
-  Clock::time_point last_round_end_{};
-  uint64_t rounds_ = 0;
+  std::mutex mu_;
+  std::map<std::pair<int32_t, std::string>, int> tids_;  // mu_: (set, tensor name) -> row
+  std::map<int32_t, SetState> sets_;                     // mu_
 };
 
 }  // namespace hvd::core
