@@ -44,10 +44,13 @@ void bind_lifecycle(pyb::module_& m) {
   m.def("mpi_built", &hvd::mpi_built);
   m.def("nccl_built", &hvd::nccl_built);
   m.def("cuda_built", &hvd::cuda_built);
-  m.def("start_timeline", [](const std::string& path) {
-    pyb::gil_scoped_release nogil;
-    hvd::start_timeline(path);
-  });
+  m.def(
+      "start_timeline",
+      [](const std::string& path, bool mark_cycles) {
+        pyb::gil_scoped_release nogil;
+        hvd::start_timeline(path, mark_cycles);
+      },
+      pyb::arg("path"), pyb::arg("mark_cycles") = false);
   m.def("stop_timeline", []() {
     pyb::gil_scoped_release nogil;
     hvd::stop_timeline();

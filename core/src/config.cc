@@ -28,6 +28,7 @@ const Var kStallDisable{"HVD_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE"
 const Var kMonitor{"HVD_PEER_MONITOR", nullptr};
 const Var kTimeline{"HVD_TIMELINE", "HOROVOD_TIMELINE"};
 const Var kTimelineAll{"HVD_TIMELINE_ALL_RANKS", nullptr};
+const Var kTimelineCycles{"HVD_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES"};
 const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
 const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
 // Variables other parts of hvd read through their own layers (the launcher's test hosts, the
@@ -128,6 +129,7 @@ Result<Config> Config::from_env(const Lookup& lookup, const std::vector<std::str
   HVD_RETURN_IF_ERROR(r.boolean(kMonitor, &c.peer_monitor));
   HVD_RETURN_IF_ERROR(r.boolean(kHierarchical, &c.hierarchical_allreduce));
   HVD_RETURN_IF_ERROR(r.boolean(kTimelineAll, &c.timeline_all_ranks));
+  HVD_RETURN_IF_ERROR(r.boolean(kTimelineCycles, &c.timeline_mark_cycles));
   if (auto kv = r.get(kTimeline)) c.timeline = kv->first;
   if (auto kv = r.get(kHostname)) c.hostname = kv->first;
   if (c.cache_capacity > (1 << 20)) {
@@ -138,7 +140,7 @@ Result<Config> Config::from_env(const Lookup& lookup, const std::vector<std::str
     std::set<std::string> known;
     for (const Var* v :
          {&kFusion, &kDirect, &kCycle, &kCache, &kLog, &kStall, &kStallShutdown, &kStallDisable,
-          &kMonitor, &kTimeline, &kTimelineAll, &kHostname, &kHierarchical}) {
+          &kMonitor, &kTimeline, &kTimelineAll, &kTimelineCycles, &kHostname, &kHierarchical}) {
       known.insert(v->hvd);
     }
     for (const char* n : kOtherKnown) known.insert(n);
@@ -177,6 +179,7 @@ std::string Config::dump() const {
     << "HVD_PEER_MONITOR=" << (peer_monitor ? 1 : 0) << "\n"
     << "HVD_TIMELINE=" << timeline << "\n"
     << "HVD_TIMELINE_ALL_RANKS=" << (timeline_all_ranks ? 1 : 0) << "\n"
+    << "HVD_TIMELINE_MARK_CYCLES=" << (timeline_mark_cycles ? 1 : 0) << "\n"
     << "HVD_HIERARCHICAL_ALLREDUCE=" << (hierarchical_allreduce ? 1 : 0) << "\n";
   return o.str();
 }

@@ -32,17 +32,17 @@ Runtime::Runtime(Config config, RuntimeParts parts)
   controller_.set_stall_threshold(stall_.threshold_s());
   timeline_slot_->writes = writes_timeline();
   if (!config_.timeline.empty()) {
-    Status s = start_timeline(config_.timeline);
+    Status s = start_timeline(config_.timeline, config_.timeline_mark_cycles);
     if (!s.ok()) {
       HVD_LOG(Warning) << s.message();
     }
   }
 }
 
-Status Runtime::start_timeline(const std::string& path) {
+Status Runtime::start_timeline(const std::string& path, bool mark_cycles) {
   if (!writes_timeline()) return Status::OK();
   const std::string file = config_.timeline_all_ranks ? Timeline::path_for_rank(path, rank_) : path;
-  auto t = std::make_shared<Timeline>(file, rank_);
+  auto t = std::make_shared<Timeline>(file, rank_, mark_cycles || config_.timeline_mark_cycles);
   if (!t->ok()) return invalid_argument("cannot write the timeline to '" + file + "'");
   t->start();
   std::lock_guard<std::mutex> lk(timeline_slot_->mu);

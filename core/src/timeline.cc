@@ -94,8 +94,8 @@ PhaseLog* PhaseScope::set_active(PhaseLog* log) {
   return old;
 }
 
-Timeline::Timeline(const std::string& path, int rank)
-    : rank_(rank), writer_(std::make_unique<TimelineWriter>(path)) {
+Timeline::Timeline(const std::string& path, int rank, bool mark_cycles)
+    : rank_(rank), mark_cycles_(mark_cycles), writer_(std::make_unique<TimelineWriter>(path)) {
   if (!writer_->ok()) return;
   emit(metadata("process_name", rank_, 0, "\"name\":\"hvd rank " + std::to_string(rank_) + "\""));
   emit(metadata("process_sort_index", rank_, 0, "\"sort_index\":" + std::to_string(rank_)));
@@ -161,6 +161,7 @@ void Timeline::record_round(int32_t set, Clock::time_point start, Clock::time_po
       ",\"cached\":" + std::to_string(cached) + ",\"responses\":" + std::to_string(responses);
   if (set != 0) args += ",\"process_set\":" + std::to_string(set);
   const int tid = tid_for(set, "");
+  if (mark_cycles_) emit(instant("cycle", "cycle", rank_, tid, us(start), args));
   emit(span("negotiation", "negotiation", rank_, tid, us(start), us(end - start), args));
   if (cached + responses > 0) emit(instant("round", "round", rank_, tid, us(end), args));
 }

@@ -480,8 +480,8 @@ void barrier(const ProcessSet& ps) {
   submit(*rt, std::move(e)).wait();
 }
 
-void start_timeline(const std::string& path) {
-  throw_if_error(runtime("start_timeline")->start_timeline(path));
+void start_timeline(const std::string& path, bool mark_cycles) {
+  throw_if_error(runtime("start_timeline")->start_timeline(path, mark_cycles));
 }
 
 void stop_timeline() { runtime("stop_timeline")->stop_timeline(); }

@@ -56,6 +56,8 @@ void build_app(CLI::App& app, Options& o) {
                  "Directory for per-rank stdout/stderr files instead of the terminal "
                  "(DIR/1/rank.N/{stdout,stderr}, written on the rank's host)");
   app.add_option("--timeline-filename", o.timeline, "Write a timeline here (HVD_TIMELINE)");
+  app.add_flag("--timeline-mark-cycles", o.timeline_mark_cycles,
+               "Mark every negotiation round in the timeline (HVD_TIMELINE_MARK_CYCLES=1)");
   app.add_option("--fusion-threshold-mb", o.fusion_threshold_mb,
                  "Tensor fusion buffer in MiB (HVD_FUSION_THRESHOLD, in bytes)");
   app.add_option("--cycle-time-ms", o.cycle_time_ms,

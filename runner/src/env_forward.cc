@@ -52,6 +52,7 @@ std::vector<EnvVar> forwarded_env(const Options& opts,
     if (is_default_forwarded(name)) put(out, {name, std::nullopt});
   }
   if (!opts.timeline.empty()) put(out, {"HVD_TIMELINE", opts.timeline});
+  if (opts.timeline_mark_cycles) put(out, {"HVD_TIMELINE_MARK_CYCLES", std::string("1")});
   if (opts.fusion_threshold_mb) {
     double bytes = *opts.fusion_threshold_mb * 1024.0 * 1024.0;
     put(out, {"HVD_FUSION_THRESHOLD", number(static_cast<double>(static_cast<long long>(bytes)))});

@@ -62,6 +62,30 @@ def test_timeline_written_at_run_time():
         done = [e for e in probe if e["name"] == "done"]
         assert len(coll) == 1 and coll[0]["args"]["bytes"] == 32, probe
         assert len(done) == 1 and done[0]["args"]["ok"] is True, probe
+        assert not [e for e in events if e.get("cat") == "cycle"]  # not asked for
+        os.remove(path)
+    hvd_torch.barrier()
+
+
+def test_timeline_mark_cycles():
+    """start_timeline(path, mark_cycles=True): every negotiation round starts with a "cycle"
+    marker (Horovod's mark_cycles)."""
+    path = os.path.join(tempfile.gettempdir(), f"hvd_py_cycles_{os.getppid()}.json")
+    hvd_torch.start_timeline(path, mark_cycles=True)
+    x = torch.ones(4)
+    for i in range(3):
+        hvd_torch.allreduce_(x, name=f"cycles.{i}", op=hvd_torch.Sum)
+    hvd_torch.stop_timeline()
+    # One more collective: the background thread has let go of the file (closed) after it.
+    hvd_torch.allreduce_(x, name="cycles.after_stop", op=hvd_torch.Sum)
+    if hvd_torch.rank() == 0:
+        with open(path) as f:
+            events = json.load(f)
+        cycles = [e for e in events if e.get("cat") == "cycle"]
+        rounds = [e for e in events if e.get("cat") == "negotiation"]
+        assert len(rounds) >= 3 and len(cycles) == len(rounds), (len(cycles), len(rounds))
+        assert all(c["ph"] == "i" and c["tid"] == 0 for c in cycles), cycles[:2]
+        assert sorted(c["ts"] for c in cycles) == sorted(r["ts"] for r in rounds)
         os.remove(path)
     hvd_torch.barrier()
 

@@ -53,6 +53,7 @@ TEST_CASE("every flag is parsed", "[unit]") {
                                "out",
                                "--timeline-filename",
                                "tl.json",
+                               "--timeline-mark-cycles",
                                "--fusion-threshold-mb",
                                "32",
                                "--cycle-time-ms",
@@ -77,6 +78,7 @@ TEST_CASE("every flag is parsed", "[unit]") {
   CHECK(o.grace_period_s == 1.5);
   CHECK(o.output_dir == "out");
   CHECK(o.timeline == "tl.json");
+  CHECK(o.timeline_mark_cycles);
   CHECK(*o.fusion_threshold_mb == 32);
   CHECK(*o.cycle_time_ms == 2.5);
   CHECK(*o.cache_capacity == 0);
@@ -91,8 +93,8 @@ TEST_CASE("--help returns the text documenting every flag", "[unit]") {
   for (const char* flag :
        {"--np", "-H", "--hostfile", "--ssh-port", "--ssh-identity-file", "--network-interface",
         "-x", "--start-timeout", "--output-filename", "--timeline-filename",
-        "--fusion-threshold-mb", "--cycle-time-ms", "--cache-capacity", "--log-level", "--verbose",
-        "--dry-run", "--check-build", "Exit codes"}) {
+        "--timeline-mark-cycles", "--fusion-threshold-mb", "--cycle-time-ms", "--cache-capacity",
+        "--log-level", "--verbose", "--dry-run", "--check-build", "Exit codes"}) {
     CHECK_THAT(p.help_text, Contains(flag));
   }
 }

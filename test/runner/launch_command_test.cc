@@ -92,6 +92,7 @@ TEST_CASE("ssh agent command and shell quoting", "[unit]") {
 TEST_CASE("default forwarded variables, tuning flags and -x", "[unit]") {
   Options o;
   o.timeline = "/tmp/tl.json";
+  o.timeline_mark_cycles = true;
   o.fusion_threshold_mb = 64;
   o.cycle_time_ms = 3.5;
   o.cache_capacity = 1024;
@@ -111,6 +112,7 @@ TEST_CASE("default forwarded variables, tuning flags and -x", "[unit]") {
                            {"PATH", std::nullopt},
                            {"PYTHONPATH", std::nullopt},
                            {"HVD_TIMELINE", std::string("/tmp/tl.json")},
+                           {"HVD_TIMELINE_MARK_CYCLES", std::string("1")},
                            {"HVD_FUSION_THRESHOLD", std::string("67108864")},
                            {"HVD_CYCLE_TIME", std::string("3.5")},
                            {"HVD_CACHE_CAPACITY", std::string("1024")},

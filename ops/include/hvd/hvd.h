@@ -174,8 +174,10 @@ std::vector<ProcessSet> process_sets();
 /// Starts writing a Chrome-trace timeline of the executed collectives to `path` (on rank 0;
 /// other ranks accept the call and write nothing, unless HVD_TIMELINE_ALL_RANKS=1: then rank N
 /// writes `path` with ".rank<N>" before ".json"), replacing HVD_TIMELINE's or an earlier one.
-/// Throws hvd::Error when the file cannot be written.
-void start_timeline(const std::string& path);
+/// `mark_cycles` (or HVD_TIMELINE_MARK_CYCLES=1): also mark the start of every negotiation
+/// round (an instant "cycle" event), as Horovod's mark_cycles. Throws hvd::Error when the file
+/// cannot be written.
+void start_timeline(const std::string& path, bool mark_cycles = false);
 /// Closes the timeline file (valid JSON). No-op when none is being written.
 void stop_timeline();
 

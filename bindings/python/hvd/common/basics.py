@@ -289,10 +289,10 @@ def get_process_set_ids_and_ranks():
 
 def start_timeline(file_path, mark_cycles=False):
     """Starts writing a Chrome-trace timeline (chrome://tracing, Perfetto) of the executed
-    collectives to `file_path` on rank 0 (other ranks write nothing). `mark_cycles` is accepted
-    for Horovod compatibility; negotiation rounds are not marked."""
+    collectives to `file_path` on rank 0 (other ranks write nothing). `mark_cycles`: also mark
+    the start of every negotiation round (an instant "cycle" event)."""
     _check_init("start_timeline")
-    _core.start_timeline(str(file_path))
+    _core.start_timeline(str(file_path), bool(mark_cycles))
 
 
 def stop_timeline():

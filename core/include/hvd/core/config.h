@@ -41,6 +41,9 @@ struct Config {
   /// Every rank writes a timeline (HVD_TIMELINE_ALL_RANKS), each to its own file (see
   /// Timeline::path_for_rank); otherwise rank 0 only.
   bool timeline_all_ranks = false;
+  /// The timeline marks the start of every negotiation round, also those that agree on
+  /// nothing (HVD_TIMELINE_MARK_CYCLES; Horovod's mark_cycles).
+  bool timeline_mark_cycles = false;
   /// Host name used in log prefixes (HVD_HOSTNAME, set by hvdrun).
   std::string hostname;
   /// GPU allreduce as NCCL reduce-scatter inside each node, MPI allreduce across nodes, NCCL

@@ -117,7 +117,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// Starts writing the timeline to `path` (rank 0 of the global set, every rank of it with
   /// HVD_TIMELINE_ALL_RANKS to Timeline::path_for_rank(path, rank); a no-op elsewhere),
   /// closing any timeline already being written. Errors when the file cannot be opened.
-  Status start_timeline(const std::string& path);
+  /// `mark_cycles` (or HVD_TIMELINE_MARK_CYCLES): mark the start of every round.
+  Status start_timeline(const std::string& path, bool mark_cycles = false);
   /// Closes the timeline (a valid JSON array). No-op when none is being written.
   void stop_timeline();
 

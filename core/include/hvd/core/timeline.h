@@ -83,8 +83,9 @@ class TimelineWriter;
 class Timeline {
  public:
   using Clock = std::chrono::steady_clock;
-  /// Opens (truncates) `path` for rank `rank`; ok() tells whether that worked.
-  Timeline(const std::string& path, int rank);
+  /// Opens (truncates) `path` for rank `rank`; ok() tells whether that worked. `mark_cycles`:
+  /// an instant "cycle" event at the start of every round (row "negotiation").
+  Timeline(const std::string& path, int rank, bool mark_cycles = false);
   /// Flushes what is queued, closes the array and the file.
   ~Timeline();
   Timeline(const Timeline&) = delete;
@@ -134,6 +135,7 @@ class Timeline {
   void flush_deferred(SetState* st);                                 // mu_
 
   int rank_;
+  bool mark_cycles_;
   std::unique_ptr<TimelineWriter> writer_;
   std::mutex mu_;
   std::map<std::pair<int32_t, std::string>, int> tids_;  // mu_: (set, tensor name) -> row

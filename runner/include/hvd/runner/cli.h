@@ -21,6 +21,7 @@ struct Options {
   double grace_period_s = 5;                    // --grace-period: TERM -> KILL
   std::string output_dir;                       // --output-filename
   std::string timeline;                         // --timeline-filename
+  bool timeline_mark_cycles = false;            // --timeline-mark-cycles
   std::optional<double> fusion_threshold_mb;
   std::optional<double> cycle_time_ms;
   std::optional<long> cache_capacity;
