@@ -20,7 +20,7 @@ constexpr uint64_t kFlagPendingNames = 8;  // rank 0 asks for every rank's pendi
 constexpr uint64_t kFlagLateQuery = 16;    // rank 0 asks who was late (controller_late.cc)
 
 bool cacheable(const Request& r) {
-  return r.group.empty() &&
+  return r.group.empty() && r.refused.empty() &&
          (r.op == OpType::kAllreduce || r.op == OpType::kBroadcast || r.op == OpType::kAllgather ||
           r.op == OpType::kAlltoall || r.op == OpType::kReducescatter);
 }

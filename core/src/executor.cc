@@ -38,6 +38,7 @@ void reset_for_reuse(TensorEntry* e) {
   r.group.clear();
   r.group_size = kFresh.group_size;
   r.splits.clear();
+  r.refused.clear();
   reset_view(&e->input);
   reset_view(&e->output);
   e->handle.reset();

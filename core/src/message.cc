@@ -146,7 +146,7 @@ bool request_fields(IO& io, R& r) {
   return io.field(r.rank) && io.field(r.op) && io.field(r.name) && io.field(r.dtype) &&
          io.field(r.shape) && io.field(r.reduce_op) && io.field(r.root) && io.field(r.prescale) &&
          io.field(r.postscale) && io.field(r.device) && io.field(r.process_set) &&
-         io.field(r.group) && io.field(r.group_size) && io.field(r.splits);
+         io.field(r.group) && io.field(r.group_size) && io.field(r.splits) && io.field(r.refused);
 }
 
 template <typename IO, typename R>

@@ -142,6 +142,14 @@ Handle Runtime::enqueue_with(const std::string& name,
   // A runtime serves one process set: the name is the key. The slot of a finished collective
   // stays, so the next one with its name reuses its memory (and its negotiation hint).
   auto it = table_.find(name);
+  if (it != table_.end() && it->second.active && !it->second.request.refused.empty()) {
+    lk.unlock();
+    return refuse(
+        fill, invalid_argument("a collective named '" + name + "' was refused on rank " +
+                               std::to_string(rank_) +
+                               " and is still being negotiated, so that the other ranks' calls "
+                               "of it fail too; pick another name or call it again after theirs"));
+  }
   if (it != table_.end() && it->second.active) {
     lk.unlock();
     return refuse(fill, invalid_argument("a collective named '" + name +
@@ -164,11 +172,13 @@ Handle Runtime::enqueue_with(const std::string& name,
   slot.submitted = std::chrono::steady_clock::now();
   slot.handle = slot.handle ? slot.handle : new_handle_state();
   Handle h(slot.handle);
-  const Request& r = slot.request;
+  Request& r = slot.request;
   Status bad;
+  bool negotiate_refusal = size_ > 1;  // the other ranks' calls fail with it (see Request)
   if (r.name != name || r.process_set != parts_.process_set) {
     bad = internal_error("submitted to the wrong table (name '" + name + "', process set " +
                          std::to_string(parts_.process_set) + ")");
+    negotiate_refusal = false;
   } else {
     bad = validate_local(r, size_);
   }
@@ -180,7 +190,7 @@ Handle Runtime::enqueue_with(const std::string& name,
       bad = parts_.device_executor->prepare_input(&slot);  // on this thread: the producer's
     }                                                      // stream as of now
   }
-  if (!bad.ok()) {  // the slot stays idle
+  if (!bad.ok() && !negotiate_refusal) {  // the slot stays idle
     std::shared_ptr<HandleState> hs = std::move(slot.handle);
     slot.allocator = nullptr;
     lk.unlock();
@@ -188,12 +198,29 @@ Handle Runtime::enqueue_with(const std::string& name,
     hs->complete(bad);
     return h;
   }
+  std::shared_ptr<HandleState> refused_handle;
+  if (!bad.ok()) {
+    // The caller's handle fails now; the request still goes to negotiation, carrying the
+    // reason, under a handle of its own, so that every rank's call of this name fails with it
+    // once all have submitted (nothing runs: the response is an error).
+    refused_handle = std::move(slot.handle);
+    slot.handle = new_handle_state();
+    r.refused = bad.message();
+    slot.input = TensorView{};
+    slot.output = TensorView{};
+    slot.allocator = nullptr;
+  }
   if (!slot.allocator && !slot.pool) slot.pool = pool_;
   slot.active = true;
   ++active_;
   queue_.push_back(&slot);  // slots do not move; only the user side erases idle ones
   // Only an idle or backing-off loop needs waking; a busy one looks anyway.
   if (sleeping_ || pausing_) cv_.notify_one();
+  if (refused_handle) {
+    lk.unlock();
+    refused_handle->refused.store(true, std::memory_order_relaxed);
+    refused_handle->complete(bad);
+  }
   return h;
 }
 

@@ -253,6 +253,20 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
                                  ? std::string("(not grouped)")
                                  : "'" + r.group + "' of " + std::to_string(r.group_size);
                     }});
+  // A rank that refused the call locally (bad input there only): every rank fails with its
+  // reason, before comparing parameters its bad input may make differ.
+  std::vector<int> refusers;
+  for (const auto& r : per_rank) {
+    if (!r.refused.empty()) refusers.push_back(r.rank);
+  }
+  if (!refusers.empty()) {
+    for (const auto& r : per_rank) {
+      if (r.refused.empty()) continue;
+      resp.error =
+          r.refused + " [refused on " + ranks_word(refusers) + "; the call fails on every rank]";
+      return resp;
+    }
+  }
   for (const auto& [what, get] : checks) {
     std::string err = compare_field(per_rank, what, get);
     if (!err.empty()) {

@@ -314,11 +314,14 @@ std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntr
   for (auto& e : entries) {
     e.request.group = group;
     e.request.group_size = static_cast<int32_t>(entries.size());
-    throw_if_error(core::validate_local(e.request, rt.size()));
     throw_if_error(check_view(e.request, e.input, "input"));
   }
+  // Every member goes to the runtime, also after one is refused (bad input on this rank): the
+  // refusal is negotiated and fails the group on every rank (see core::Request::refused),
+  // instead of leaving the other ranks' members waiting. Then the first refusal is thrown.
   std::vector<Handle> hs;
   for (auto& e : entries) hs.push_back(rt.enqueue(std::move(e)));
+  for (auto& h : hs) throw_if_refused(h);
   return hs;
 }
 

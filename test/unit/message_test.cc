@@ -27,6 +27,7 @@ Request full_request() {
   r.group = "grad-bucket-0";
   r.group_size = 4;
   r.splits = {1, 0, 5, 2};
+  r.refused = "allreduce 'x': bad on this rank";
   return r;
 }
 
@@ -62,6 +63,7 @@ void require_same(const Request& a, const Request& b) {
   REQUIRE(a.group == b.group);
   REQUIRE(a.group_size == b.group_size);
   REQUIRE(a.splits == b.splits);
+  REQUIRE(a.refused == b.refused);
 }
 
 void require_same(const Response& a, const Response& b) {

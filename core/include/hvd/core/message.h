@@ -42,6 +42,10 @@ struct Request {
   int32_t group_size = 0;       ///< number of members of `group`
   std::vector<int64_t> splits;  ///< alltoall: rows sent to each rank (empty: equal split);
                                 ///< add_process_set: the global ranks of the new set
+  /// Non-empty: this rank refused the call (bad input on this rank only, e.g. a root out of
+  /// range); negotiated like any request so that the other ranks' calls fail with this message
+  /// instead of waiting for this rank forever. Not a parameter (same_params ignores it).
+  std::string refused;
 
   /// True when two requests describe the same collective (everything but `rank`).
   bool same_params(const Request& o) const;
