@@ -47,6 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                   l.value().requests[i].prescale != l.value().requests[i].prescale ||
                   l.value().requests[i].postscale != l.value().requests[i].postscale,
               "a request changed through serialize/parse");
+      require(l2.value().requests[i].refused == l.value().requests[i].refused,
+              "a request's refusal changed through serialize/parse");
     }
     require(l2.value().error == l.value().error, "request list error changed");
   } else {
@@ -100,6 +102,12 @@ int main(int argc, char** argv) {
   g.dtype = DataType::kBFloat16;
   g.device = Device{DeviceKind::kCuda, 1};
   rl.requests.push_back(g);
+  Request refused = a;
+  refused.op = OpType::kBroadcast;
+  refused.name = "w";
+  refused.root = 9;
+  refused.refused = "broadcast 'w': root rank 9 is out of range (process set has 2 ranks: 0-1)";
+  rl.requests.push_back(refused);
   write(0, serialize(rl));
   rl.shutdown = true;
   rl.error = "rank 1: something threw";
