@@ -126,9 +126,10 @@ int main(int argc, char** argv) {
     }
     std::sort(t.begin(), t.end());
     if (rank == 0) {
-      std::printf("crossed    %10s %12.3f   (ranks submit different names, back off, then match;"
-                  " ms from the last submission to completion; p90 %.3f)\n",
-                  "-", t[t.size() / 2], t[t.size() * 9 / 10]);
+      std::printf(
+          "crossed    %10s %12.3f   (ranks submit different names, back off, then match;"
+          " ms from the last submission to completion; p90 %.3f)\n",
+          "-", t[t.size() / 2], t[t.size() * 9 / 10]);
     }
   }
   hvd::shutdown();

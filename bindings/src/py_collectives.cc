@@ -190,7 +190,7 @@ struct FastAllreduce {
   PyObject* fallback;  // the Python allreduce_async_
   PyObject* dtypes;    // dict: dtype object -> hvd dtype code
   PyObject* global_set;
-  PyObject* kw[7];     // interned parameter names, in positional order
+  PyObject* kw[7];  // interned parameter names, in positional order
   PyObject* is_cpu;
   PyObject* is_contiguous;
   PyObject* dtype;
@@ -317,8 +317,8 @@ pyb::object make_fast_allreduce(pyb::object fallback, pyb::dict dtypes, pyb::obj
   f->shape = PyUnicode_InternFromString("shape");
   pyb::capsule state(f, [](void* p) {
     auto* s = static_cast<FastAllreduce*>(p);
-    PyObject* refs[] = {s->fallback, s->dtypes,        s->global_set, s->kw[0], s->kw[1],
-                        s->kw[2],    s->kw[3],         s->kw[4],      s->kw[5], s->kw[6],
+    PyObject* refs[] = {s->fallback, s->dtypes,        s->global_set, s->kw[0],    s->kw[1],
+                        s->kw[2],    s->kw[3],         s->kw[4],      s->kw[5],    s->kw[6],
                         s->is_cpu,   s->is_contiguous, s->dtype,      s->data_ptr, s->shape};
     for (PyObject* r : refs) Py_XDECREF(r);
     delete s;

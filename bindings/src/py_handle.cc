@@ -175,9 +175,9 @@ namespace hvd::py {
 namespace {
 
 struct HandleObject {
-  PyObject_HEAD
-  PyHandle* h;          // owned
-  PyObject* weakrefs;   // weakref.ref(handle) works, as it did on the pybind11 class
+  PyObject ob_base;    // what PyObject_HEAD declares
+  PyHandle* h;         // owned
+  PyObject* weakrefs;  // weakref.ref(handle) works, as it did on the pybind11 class
 };
 
 PyTypeObject* g_handle_type = nullptr;
@@ -221,18 +221,16 @@ PyObject* handle_output_dlpack(PyObject* o, PyObject* /*unused*/) {
   return guarded_call([&] { return pyb::object(output_dlpack(self_of(o))); });
 }
 
-PyObject* handle_output_numpy(PyObject* o, PyObject* const* args, Py_ssize_t n,
-                              PyObject* kwnames) {
+PyObject* handle_output_numpy(PyObject* o, PyObject* const* args, Py_ssize_t n, PyObject* kwnames) {
   const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  const bool by_name = nkw == 1 && PyUnicode_CompareWithASCIIString(
-                                       PyTuple_GET_ITEM(kwnames, 0), "dtype") == 0;
+  const bool by_name =
+      nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "dtype") == 0;
   if (n + nkw != 1 || (nkw == 1 && !by_name)) {
     PyErr_SetString(PyExc_TypeError, "output_numpy() takes one argument: dtype");
     return nullptr;
   }
-  return guarded_call([&] {
-    return output_numpy(self_of(o), pyb::reinterpret_borrow<pyb::object>(args[0]));
-  });
+  return guarded_call(
+      [&] { return output_numpy(self_of(o), pyb::reinterpret_borrow<pyb::object>(args[0])); });
 }
 
 PyObject* get_output_shape(PyObject* o, void* /*unused*/) {
