@@ -147,16 +147,35 @@ def read_cpp(path):
     return out
 
 
+def per_tensor_case(k, s, label):
+    """The K tensors of S floats of a case, a call allreducing them one by one
+    (allreduce_async_ each, then synchronize each), and the submission cost per call in us
+    (median of 5 bursts)."""
+    ts = [torch.ones(s) for _ in range(k)]
+    names = [f"{label}.{j}" for j in range(k)]
+
+    def per_tensor():
+        hs = [hvd.allreduce_async_(t, name=n, op=hvd.Sum) for t, n in zip(ts, names)]
+        for h in hs:
+            hvd.synchronize(h)
+
+    def submit_only():
+        t0 = time.perf_counter()
+        hs = [hvd.allreduce_async_(t, name=n, op=hvd.Sum) for t, n in zip(ts, names)]
+        dt = time.perf_counter() - t0
+        for h in hs:
+            hvd.synchronize(h)
+        return dt
+
+    def per_call_us():
+        return statistics.median(submit_only() for _ in range(5)) / k * 1e6
+    return ts, per_tensor, per_call_us
+
+
 def bench_allreduce(iters, cpp):
     rows = []
     for k, s, label in CASES:
-        ts = [torch.ones(s) for _ in range(k)]
-        names = [f"{label}.{j}" for j in range(k)]
-
-        def per_tensor():
-            hs = [hvd.allreduce_async_(t, name=n, op=hvd.Sum) for t, n in zip(ts, names)]
-            for h in hs:
-                hvd.synchronize(h)
+        ts, per_tensor, per_call_us = per_tensor_case(k, s, label)
 
         def grouped():
             hvd.grouped_allreduce_(ts, name=label + ".group", op=hvd.Sum)
@@ -165,17 +184,9 @@ def bench_allreduce(iters, cpp):
             works = [dist.all_reduce(t, async_op=True) for t in ts]
             for w in works:
                 w.wait()
-
-        def submit_only():
-            t0 = time.perf_counter()
-            hs = [hvd.allreduce_async_(t, name=n, op=hvd.Sum) for t, n in zip(ts, names)]
-            dt = time.perf_counter() - t0
-            for h in hs:
-                hvd.synchronize(h)
-            return dt
-        per_call_us = statistics.median(submit_only() for _ in range(5)) / k * 1e6
+        us = per_call_us()
         rows.append((label, median_slowest(iters, per_tensor), median_slowest(iters, grouped),
-                     median_slowest(iters, gloo), per_call_us))
+                     median_slowest(iters, gloo), us))
     if hvd.rank() == 0:
         print(f"allreduce (Sum, float32), np={hvd.size()}, {iters} iterations, median of the "
               "slowest rank; C++ = hvd_bench in this run")
@@ -192,24 +203,10 @@ def bench_case(label, iters, repeat):
     """One allreduce case, per tensor only, `repeat` times (median ms of the slowest rank and
     the submission cost per call)."""
     k, s = next((c[0], c[1]) for c in CASES if c[2] == label)
-    ts = [torch.ones(s) for _ in range(k)]
-    names = [f"{label}.{j}" for j in range(k)]
-
-    def per_tensor():
-        hs = [hvd.allreduce_async_(t, name=n, op=hvd.Sum) for t, n in zip(ts, names)]
-        for h in hs:
-            hvd.synchronize(h)
-
-    def submit_only():
-        t0 = time.perf_counter()
-        hs = [hvd.allreduce_async_(t, name=n, op=hvd.Sum) for t, n in zip(ts, names)]
-        dt = time.perf_counter() - t0
-        for h in hs:
-            hvd.synchronize(h)
-        return dt
+    _, per_tensor, per_call_us = per_tensor_case(k, s, label)
     for _ in range(repeat):
         ms = median_slowest(iters, per_tensor)
-        us = statistics.median(submit_only() for _ in range(5)) / k * 1e6
+        us = per_call_us()
         if hvd.rank() == 0:
             print(f"{label:<9} py ms {ms:8.3f}  us/call {us:6.2f}", flush=True)
 
