@@ -142,20 +142,20 @@ Handle Runtime::enqueue_with(const std::string& name,
   // A runtime serves one process set: the name is the key. The slot of a finished collective
   // stays, so the next one with its name reuses its memory (and its negotiation hint).
   auto it = table_.find(name);
-  if (it != table_.end() && it->second.active && !it->second.request.refused.empty()) {
-    lk.unlock();
-    return refuse(
-        fill, invalid_argument("a collective named '" + name + "' was refused on rank " +
-                               std::to_string(rank_) +
-                               " and is still being negotiated, so that the other ranks' calls "
-                               "of it fail too; pick another name or call it again after theirs"));
-  }
   if (it != table_.end() && it->second.active) {
+    const bool refused_here = !it->second.request.refused.empty();
     lk.unlock();
-    return refuse(fill, invalid_argument("a collective named '" + name +
-                                         "' is already in flight on rank " + std::to_string(rank_) +
-                                         "; names must be unique among pending operations "
-                                         "(wait for the first one or pick another name)"));
+    const std::string who = "a collective named '" + name + "' ";
+    const std::string rank = "rank " + std::to_string(rank_);
+    return refuse(
+        fill, invalid_argument(refused_here
+                                   ? who + "was refused on " + rank +
+                                         " and is still being negotiated, so that the other ranks' "
+                                         "calls of it fail too; pick another name or call it again "
+                                         "after theirs"
+                                   : who + "is already in flight on " + rank +
+                                         "; names must be unique among pending operations (wait "
+                                         "for the first one or pick another name)"));
   }
   if (it == table_.end()) {
     // Idle slots go only once they are at least as many as the active ones (and kMaxTable):

@@ -51,7 +51,6 @@ bool Runtime::run_once() {
     return false;
   }
   round_end_ = Timeline::Clock::now();
-  ask_late_ = tl && rank_ == 0;
   std::vector<StalledTensor> late = controller_.take_late();
   if (tl) {
     auto partial =
@@ -249,17 +248,20 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
     }
   }
   PhaseScope::set_active(outer);
-  for (TensorEntry* e : mine) {  // for rank 0's question "who was late?" (controller_late.cc)
+  // For "who was late?" (controller_late.cc): every rank notes its ages; rank 0 with a
+  // timeline asks about its long waits.
+  const bool ask_late = timeline && rank_ == 0;
+  for (TensorEntry* e : mine) {
     const auto ago =
         std::chrono::duration_cast<std::chrono::microseconds>(round_end_ - e->submitted);
     controller_.note_ready(e->request.name, ago);
-    if (ask_late_ && ago >= Controller::kLateQueryMin) controller_.query_late(e->request.name, ago);
+    if (ask_late && ago >= Controller::kLateQueryMin) controller_.query_late(e->request.name, ago);
   }
   if (timeline) {
     Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
                                                       : parts_.device_executor.get();
     timeline->record_response(parts_.process_set, r, entries, ex ? ex->name() : "none", phases,
-                              started, Timeline::Clock::now(), s, ask_late_);
+                              started, Timeline::Clock::now(), s, ask_late);
   }
   Finished finished;
   {

@@ -209,9 +209,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   bool settling_ = false;       // mu_: gathering a burst (a waiting user thread ends it)
   uint64_t wait_listener_ = 0;  // set by start(), removed by the destructor
   int fruitless_rounds_ = 0;    // loop: consecutive rounds that matched nothing
-  // loop: when the last round ended, and whether rank 0 asks who was late (its timeline is on)
-  std::chrono::steady_clock::time_point round_end_{};
-  bool ask_late_ = false;
+  std::chrono::steady_clock::time_point round_end_{};  // loop: when the last round ended
   static constexpr std::chrono::microseconds kSettleStep{30};
   static constexpr std::chrono::microseconds kSettleCap{1000};
   // mu_: set once the runtime stopped for good, with the reason.
