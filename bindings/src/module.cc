@@ -14,6 +14,7 @@
 #include "hvd/hvd.h"
 #include "py_collectives.h"
 #include "py_handle.h"
+#include "py_registry.h"
 
 namespace hvd::py {
 namespace {
@@ -155,4 +156,5 @@ PYBIND11_MODULE(_core, m) {
   bind_process_sets(m);
   bind_handle(m);
   bind_collectives(m);
+  bind_registry(m);
 }

@@ -8,9 +8,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "grad_registry.h"
 #include "hvd/core/status.h"
 #include "hvd/optim/collectives.h"
+#include "torch_grad_ops.h"
 
 namespace hvd::optim {
 namespace {
@@ -21,8 +21,7 @@ std::string tensor_str(const torch::Tensor& t) {
   return std::string(c10::toString(t.scalar_type())) + shape_str(t.sizes().vec());
 }
 
-detail::ReduceSettings check_options(const DistributedOptimizerOptions& o,
-                                     const std::string& label) {
+ReduceSettings check_options(const DistributedOptimizerOptions& o, const std::string& label) {
   auto fail = [&label](const std::string& m) {
     throw Error(invalid_argument("DistributedOptimizer '" + label + "': " + m));
   };
@@ -42,16 +41,17 @@ detail::ReduceSettings check_options(const DistributedOptimizerOptions& o,
   }
   if (o.num_groups_ < 0) fail("num_groups must be >= 0, got " + std::to_string(o.num_groups_));
   if (o.num_groups_ > 0 && !o.groups_.empty()) fail("give num_groups or groups, not both");
-  detail::ReduceSettings s;
+  ReduceSettings s;
   s.op = o.op_;
-  s.compression = o.compression_;
+  s.compression = detail::compression_name(o.compression_);
+  s.process_set = o.process_set_.id();
   s.backward_passes_per_step = o.backward_passes_per_step_;
   s.predivide = o.gradient_predivide_factor_;
   return s;
 }
 
 std::vector<std::vector<size_t>> make_groups(const DistributedOptimizerOptions& o,
-                                             const std::vector<detail::ParamSpec>& specs,
+                                             const std::vector<ParamSpec>& specs,
                                              const std::string& label) {
   std::vector<std::vector<size_t>> groups;
   const size_t n = specs.size();
@@ -92,7 +92,8 @@ std::vector<std::vector<size_t>> make_groups(const DistributedOptimizerOptions& 
 
 struct DistributedOptimizer::Impl {
   int owner = 0;
-  detail::EntryList entries;
+  bool local = false;  ///< not a member of the process set: steps locally, communicates nothing
+  EntryList entries;
 };
 
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
@@ -102,13 +103,14 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
   impl_->owner = g_owners++;
   label_ = options.label_.empty() ? "DistributedOptimizer#" + std::to_string(impl_->owner)
                                   : options.label_;
-  const detail::ReduceSettings settings = check_options(options, label_);
+  const ReduceSettings settings = check_options(options, label_);
+  impl_->local = !options.process_set_.included();
 
   std::unordered_map<c10::TensorImpl*, std::string> names;
   for (const auto& [name, t] : named_parameters) {
     if (t.defined()) names.emplace(t.unsafeGetTensorImpl(), name);
   }
-  std::vector<detail::ParamSpec> specs;
+  std::vector<ParamSpec> specs;
   std::unordered_set<c10::TensorImpl*> seen;
   size_t index = 0;
   for (const auto& group : optimizer_.param_groups()) {
@@ -122,11 +124,22 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
                                      ") is not in named_parameters; pass the "
                                      "names of all the optimizer's parameters, or none"));
       }
-      specs.push_back({it == names.end() ? std::string() : it->second, p});
+      if (!p.is_leaf()) {
+        throw Error(invalid_argument("DistributedOptimizer '" + label_ + "': parameter #" +
+                                     std::to_string(i) + " (" + tensor_str(p) +
+                                     ") is not a leaf tensor"));
+      }
+      specs.push_back({it == names.end() ? std::string() : it->second,
+                       reinterpret_cast<uint64_t>(p.unsafeGetTensorImpl()),
+                       detail::make_torch_param(p, options.compression_)});
     }
   }
-  impl_->entries = detail::GradRegistry::instance().add(impl_->owner, label_, specs, settings,
-                                                        make_groups(options, specs, label_));
+  if (impl_->local) return;
+  auto groups = make_groups(options, specs, label_);
+  Result<EntryList> added =
+      detail::torch_registry().add(impl_->owner, label_, std::move(specs), settings, groups);
+  throw_if_error(added.status());
+  impl_->entries = std::move(added).value();
 }
 
 DistributedOptimizer::DistributedOptimizer(
@@ -136,18 +149,25 @@ DistributedOptimizer::DistributedOptimizer(
     : DistributedOptimizer(optimizer, named_parameters.pairs(), std::move(options)) {}
 
 DistributedOptimizer::~DistributedOptimizer() {
-  detail::GradRegistry::instance().remove(impl_->owner, impl_->entries);
+  detail::torch_registry().remove(impl_->owner, impl_->entries);
 }
 
 void DistributedOptimizer::synchronize() {
-  detail::GradRegistry::instance().synchronize(impl_->owner, impl_->entries);
+  throw_if_error(detail::torch_registry().synchronize(impl_->owner, impl_->entries));
 }
 
 torch::Tensor DistributedOptimizer::step(torch::optim::Optimizer::LossClosure closure) {
-  auto& reg = detail::GradRegistry::instance();
+  auto& reg = detail::torch_registry();
   if (skip_sync_) {
-    reg.check_synchronized(impl_->entries,
-                           "step() of '" + label_ + "' was called inside skip_synchronize()");
+    if (auto busy = reg.first_in_flight(impl_->entries)) {
+      throw Error(precondition("step() of '" + label_ +
+                               "' was called inside skip_synchronize() while the allreduce of the "
+                               "gradient of '" +
+                               busy->name +
+                               "' is in flight (it started during backward()); call "
+                               "synchronize() before this step() (skip_synchronize() skips only "
+                               "the wait inside step())"));
+    }
   } else {
     synchronize();
   }
@@ -156,6 +176,7 @@ torch::Tensor DistributedOptimizer::step(torch::optim::Optimizer::LossClosure cl
     loss = optimizer_.step([this, &closure]() {
       torch::Tensor l = closure();
       synchronize();
+      if (impl_->local) return l;
       return allreduce(l.detach(), label_ + ".closure_loss", ReduceOp::kAverage);
     });
   } else {
@@ -166,14 +187,14 @@ torch::Tensor DistributedOptimizer::step(torch::optim::Optimizer::LossClosure cl
 }
 
 void DistributedOptimizer::zero_grad() {
-  detail::GradRegistry::instance().quiesce(impl_->entries);
+  detail::torch_registry().quiesce(impl_->entries);
   optimizer_.zero_grad();
 }
 
 std::vector<std::string> DistributedOptimizer::parameter_names() const {
   std::vector<std::string> out;
   out.reserve(impl_->entries.size());
-  for (const auto& e : impl_->entries) out.push_back(e->name);
+  for (const auto& e : impl_->entries) out.push_back(e->wire);
   return out;
 }
 
@@ -183,11 +204,5 @@ SkipSynchronizeGuard::SkipSynchronizeGuard(DistributedOptimizer& opt)
 }
 
 SkipSynchronizeGuard::~SkipSynchronizeGuard() { opt_.skip_sync_ = previous_; }
-
-namespace detail {
-void set_submit_observer(std::function<void(const std::string& name, const Handle& handle)> fn) {
-  GradRegistry::instance().set_observer(std::move(fn));
-}
-}  // namespace detail
 
 }  // namespace hvd::optim

@@ -10,28 +10,37 @@ Each parameter's allreduce starts during backward(), as soon as autograd has acc
 gradient, so communication overlaps the rest of backward; step() waits for the reductions of its
 own parameters, then applies them with the wrapped optimizer's update rule.
 
-Parameters are tracked in one process-wide registry keyed by tensor identity
-(hvd/torch/_grad_registry.py): several optimizers holding one parameter (a shared encoder, a GAN's
-discriminator reached by the generator's loss) share one hook and one reduction per backward pass,
-and each of them applies the same reduced gradient. Each optimizer may be given the model's own
-``named_parameters()``; no renaming and no ``synchronize()`` calls are needed. Horovod's explicit
-style (distinct names per optimizer, ``synchronize()``, ``skip_synchronize()``) keeps working and
-gives the same result. Unlike Horovod, ``zero_grad()`` while reductions of its parameters are in
-flight waits for them and then zeroes, as a single-process program would.
+Parameters are tracked in one process-wide registry keyed by tensor identity, the same C++
+registry the libtorch DistributedOptimizer uses (hvd/torch/_grad_registry.py is its torch side):
+several optimizers holding one parameter (a shared encoder, a GAN's discriminator reached by the
+generator's loss) share one hook and one reduction per backward pass, and each of them applies the
+same reduced gradient. Gradients accumulate as in plain PyTorch: several backward passes before
+step(), ``module.zero_grad()``, ``retain_graph=True``, per-optimizer backward/step/zero_grad all
+give the gradients one process on the whole batch computes. Each optimizer may be given its
+model's own ``named_parameters()``, even when two models' names collide (both DCGAN models have
+``main.0.weight``): names are made unique on the wire, identically on every rank; no renaming and
+no ``synchronize()`` calls are needed. Horovod's explicit style (distinct names per optimizer,
+``synchronize()``, ``skip_synchronize()``) keeps working and gives the same result.
 """
+import collections
 import contextlib
 import itertools
+import warnings
 import weakref
 
 import torch
 
+from hvd import _core
 from hvd.common import basics
 from hvd.common.basics import Average, Sum, global_process_set
-from hvd.torch import mpi_ops
-from hvd.torch._grad_registry import REGISTRY, Settings
+from hvd.torch import _grad_registry, mpi_ops
 from hvd.torch.compression import Compression
 
 _owner_ids = itertools.count()
+
+#: How a parameter is reduced; optimizers sharing a parameter must agree.
+Settings = collections.namedtuple(
+    "Settings", "op compression bpps predivide process_set sparse_as_dense")
 
 
 def _check_settings(compression, bpps, op, predivide, sparse_as_dense, process_set):
@@ -120,10 +129,15 @@ class _DistributedOptimizer:
         self._hvd_settings = settings
         self._hvd_names = _names_by_id(named_parameters)
         self._hvd_sync = True
-        self._hvd_entries = []
+        self._hvd_synchronized = False
+        # A rank outside the process set communicates nothing and steps locally (as Horovod).
+        self._hvd_local = process_set_excludes_me(settings.process_set)
+        self._hvd_entries = None
         specs = self._hvd_specs(self.param_groups)
-        self._hvd_entries = REGISTRY.add(self._hvd_owner, self._hvd_label, specs, settings,
-                                         _make_groups(num_groups, groups, specs))
+        groups = _make_groups(num_groups, groups, specs)
+        if not self._hvd_local:
+            self._hvd_entries = _grad_registry.add(self._hvd_owner, self._hvd_label, specs,
+                                                   settings, groups)
         # Horovod's public attributes.
         self.backward_passes_per_step = settings.bpps
         self.op = settings.op
@@ -131,11 +145,13 @@ class _DistributedOptimizer:
         self.process_set = settings.process_set
         self.sparse_as_dense = settings.sparse_as_dense
         self._compression = settings.compression
-        weakref.finalize(self, REGISTRY.remove, self._hvd_owner, self._hvd_entries)
+        if not self._hvd_local:
+            weakref.finalize(self, _core.registry_remove, self._hvd_owner, self._hvd_entries)
 
     def _hvd_specs(self, param_groups):
         """[(name or None, param)] of the trainable parameters not registered yet."""
-        seen = {id(e.param) for e in self._hvd_entries}
+        seen = set() if self._hvd_entries is None else \
+            {id(slot.param) for slot in self._hvd_entries.slots}
         specs = []
         for gi, group in enumerate(param_groups):
             for pi, p in enumerate(group["params"]):
@@ -156,7 +172,9 @@ class _DistributedOptimizer:
         not yet started (no gradient on this rank this step, or fewer than
         backward_passes_per_step passes) start now, contributing the current .grad (zeros when it
         is None). Raises HorovodInternalError when a reduction failed."""
-        REGISTRY.synchronize(self._hvd_owner, self._hvd_entries)
+        if not self._hvd_local:
+            _core.registry_synchronize(self._hvd_owner, self._hvd_entries)
+        self._hvd_synchronized = True
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -175,12 +193,18 @@ class _DistributedOptimizer:
         synchronize() and the loss it returns is averaged over the ranks, so that every rank
         takes the same decisions. Inside skip_synchronize(), raises RuntimeError when a
         reduction of this optimizer is still in flight (call synchronize() first)."""
+        if self._hvd_sync and self._hvd_synchronized:
+            warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context "
+                          "after optimizer.synchronize(). This can cause training slowdown. You "
+                          "may want to consider using optimizer.skip_synchronize() context if you "
+                          "use optimizer.synchronize() in your code.")
         if not self._hvd_sync:
-            busy = REGISTRY.first_in_flight(self._hvd_entries)
+            busy = None if self._hvd_local else \
+                _core.registry_first_in_flight(self._hvd_entries)
             if busy is not None:
                 raise RuntimeError(
                     f"step() of '{self._hvd_label}' was called inside skip_synchronize() while the "
-                    f"allreduce of the gradient of '{busy.name}' is in flight; call "
+                    f"allreduce of the gradient of '{busy}' is in flight; call "
                     "synchronize() first")
             loss = self._hvd_base.step(self, closure) if closure is not None else \
                 self._hvd_base.step(self)
@@ -190,15 +214,17 @@ class _DistributedOptimizer:
         else:
             self.synchronize()
             loss = self._hvd_base.step(self, self._hvd_wrap(closure))
-        REGISTRY.consume(self._hvd_owner, self._hvd_entries)
+        self._hvd_synchronized = False
+        if not self._hvd_local:
+            _core.registry_consume(self._hvd_owner, self._hvd_entries)
         return loss
 
     def _hvd_wrap(self, closure):
         def evaluate():
             loss = closure()
             self.synchronize()
-            if loss is None:
-                return None
+            if loss is None or self._hvd_local:
+                return loss
             name = self._hvd_label + ".closure_loss"
             ps = self._hvd_settings.process_set
             if isinstance(loss, torch.Tensor):
@@ -213,9 +239,11 @@ class _DistributedOptimizer:
         optimizer's loss) are waited for and discarded first; accumulated backward passes are
         dropped. Never raises for reductions in flight. (It waits for reductions this rank
         started, which every rank must have started too: a parameter that got a gradient on some
-        ranks only must be stepped or synchronized before zero_grad(). model.zero_grad() knows
-        nothing of reductions in flight: zero through the optimizer.)"""
-        REGISTRY.quiesce(self._hvd_entries)
+        ranks only must be stepped or synchronized before zero_grad(). ``model.zero_grad()``
+        works too: a reduction it overtakes is waited for by the next backward pass, and the
+        zeros are kept.)"""
+        if not self._hvd_local:
+            _core.registry_quiesce(self._hvd_entries)
         return self._hvd_base.zero_grad(self, *args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):
@@ -224,7 +252,8 @@ class _DistributedOptimizer:
                         self.sparse_as_dense, self.process_set)
         self.backward_passes_per_step = int(passes)
         self._hvd_settings = self._hvd_settings._replace(bpps=int(passes))
-        REGISTRY.set_bpps(self._hvd_entries, int(passes))
+        if not self._hvd_local:
+            _core.registry_set_backward_passes_per_step(self._hvd_entries, int(passes))
 
     def add_param_group(self, param_group):
         """The wrapped optimizer's add_param_group; the new parameters are reduced too (named
@@ -232,11 +261,17 @@ class _DistributedOptimizer:
         self._hvd_base.add_param_group(self, param_group)
         try:
             specs = self._hvd_specs(self.param_groups[-1:])
-            self._hvd_entries.extend(REGISTRY.add(self._hvd_owner, self._hvd_label, specs,
-                                                  self._hvd_settings, []))
+            if not self._hvd_local:
+                self._hvd_entries.extend(_grad_registry.add(self._hvd_owner, self._hvd_label,
+                                                            specs, self._hvd_settings, []))
         except Exception:
             self.param_groups.pop()
             raise
+
+
+def process_set_excludes_me(process_set):
+    """True when this rank is not a member of `process_set`."""
+    return basics._set_id(process_set) != 0 and not process_set.included()
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
@@ -258,8 +293,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     (split the parameters into that many contiguous groups) or lists of parameters (tensors or
     names), each reduced as one grouped allreduce; `num_groups` is the older spelling of an int
     `groups`. `sparse_as_dense`: sparse gradients are densified before a plain allreduce (else
-    they are allgathered). Raises ValueError for invalid options, for two different tensors
-    under one name, for a parameter missing from a given `named_parameters`, and for a
+    they are allgathered). On a rank outside `process_set` the optimizer communicates nothing
+    and steps on the local gradients (as Horovod). Raises ValueError for invalid options, for
+    two different tensors under one name in `named_parameters`, for a parameter missing from a given `named_parameters`, and for a
     parameter shared with another DistributedOptimizer that reduces it differently;
     NotImplementedError for op=hvd.Adasum.
     """

@@ -10,13 +10,13 @@
 // gradient (a post-hook on the parameter's gradient accumulator), so communication overlaps the
 // rest of backward. step() waits for the reductions of its own parameters, then steps.
 //
-// Parameters are tracked in one process-wide registry keyed by tensor identity: several
-// optimizers holding the same parameter share one hook and one reduction per backward pass, and
-// each of them applies the same reduced gradient — no renaming, no synchronize() rituals. A
-// reduced gradient stays valid for every optimizer holding the parameter until the next backward
-// pass writes that gradient again. zero_grad() behaves as in a single process: a gradient
-// being reduced (a backward pass through another optimizer's loss wrote it) is waited for and
-// discarded, so programs with several optimizers and losses need no special ordering.
+// Parameters are tracked in one process-wide registry keyed by tensor identity
+// (hvd/optim/grad_registry.h, shared with the Python binding): several optimizers holding the
+// same parameter share one hook and one reduction per backward pass, and each of them applies the
+// same reduced gradient — no renaming, no synchronize() rituals. Gradients accumulate as in plain
+// libtorch: several backward passes before step(), a second loss through a shared module, or
+// zeroing through the module all give the gradients one process would compute. Two models whose
+// parameter names collide are reduced under distinct names on the wire automatically.
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -31,6 +31,7 @@
 
 #include "hvd/core/handle.h"
 #include "hvd/core/types.h"
+#include "hvd/hvd.h"
 
 namespace hvd::optim {
 
@@ -55,6 +56,9 @@ struct DistributedOptimizerOptions {
   std::vector<std::vector<std::string>> groups_;
   /// Shown in error messages; default "DistributedOptimizer#<n>" in construction order.
   std::string label_;
+  /// The ranks gradients are reduced over. On a rank outside it the optimizer communicates
+  /// nothing and steps on its local gradients (as Horovod).
+  ProcessSet process_set_;
 
   DistributedOptimizerOptions& op(ReduceOp v) {
     op_ = v;
@@ -82,6 +86,10 @@ struct DistributedOptimizerOptions {
   }
   DistributedOptimizerOptions& label(std::string v) {
     label_ = std::move(v);
+    return *this;
+  }
+  DistributedOptimizerOptions& process_set(ProcessSet v) {
+    process_set_ = v;
     return *this;
   }
 };
@@ -117,11 +125,13 @@ class DistributedOptimizer {
  public:
   /// Wraps `optimizer` (not owned: it must outlive this object). `named_parameters` gives the
   /// parameters' names, which identify reductions across ranks and must be identical on every
-  /// rank; entries for tensors the optimizer does not hold are ignored. When it is empty, the
+  /// rank; entries for tensors the optimizer does not hold are ignored. Names another live
+  /// optimizer already uses for other tensors are made unique on the wire (a suffix "#2", ...),
+  /// identically on every rank. When it is empty, the
   /// optimizer's parameters get deterministic names "param.<n>" (n counts distinct tensors in
   /// registration order, so construct optimizers in the same order on every rank). Parameters
-  /// that do not require grad are not reduced. Throws hvd::Error when two different tensors get
-  /// one name (naming the name and both owners), when the optimizer holds a parameter missing
+  /// that do not require grad are not reduced. Throws hvd::Error when two different tensors of
+  /// this optimizer get one name (naming both), when the optimizer holds a parameter missing
   /// from a non-empty named_parameters, when options are invalid, or when an optimizer sharing a
   /// parameter uses different reduction options.
   DistributedOptimizer(torch::optim::Optimizer& optimizer, NamedParameters named_parameters = {},
@@ -158,7 +168,8 @@ class DistributedOptimizer {
   SkipSynchronizeGuard skip_synchronize() { return SkipSynchronizeGuard(*this); }
 
   torch::optim::Optimizer& optimizer() { return optimizer_; }
-  /// The names under which this optimizer's parameters are reduced, in optimizer order.
+  /// The names of this optimizer's parameters' reductions on the wire ("grad.<name>", with a
+  /// suffix "#k" where another live tensor had the name first), in optimizer order.
   std::vector<std::string> parameter_names() const;
   const std::string& label() const { return label_; }
 

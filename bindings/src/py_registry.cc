@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Python frontend of the gradient registry (hvd/optim/grad_registry.h): the registry's rules
+// run here, in C++, for hvd.torch.DistributedOptimizer as for the libtorch one; the tensor work
+// (hooks, staging, submission, writing results back) is done by the per-parameter Python objects
+// of hvd/torch/_grad_registry.py, which this file calls with the GIL held.
+//
+// Locking: every call into the registry comes from Python, holding the GIL, and the registry calls
+// back into Python under its own lock. The registry's lock is therefore only ever waited for with
+// the GIL released (PyFrontend::lock), so a thread holding it can always get the GIL back.
+#include "py_registry.h"
+
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "hvd/core/status.h"
+#include "hvd/optim/grad_registry.h"
+
+namespace hvd::py {
+namespace {
+
+namespace pyb = pybind11;
+using optim::EntryList;
+using optim::GradEntry;
+using optim::GradParam;
+using optim::GradReduction;
+
+/// A parameter's Python object (hvd.torch._grad_registry._Slot).
+class PyGradParam : public GradParam {
+ public:
+  PyGradParam(pyb::object slot, size_t nbytes, std::string describe)
+      : slot_(std::move(slot)), nbytes_(nbytes), describe_(std::move(describe)) {}
+  ~PyGradParam() override {
+    pyb::gil_scoped_acquire gil;
+    slot_ = pyb::object();
+  }
+  size_t nbytes() const override { return nbytes_; }
+  std::string describe() const override { return describe_; }
+  void attach(const std::weak_ptr<GradEntry>& e) override;
+  void detach() override { call("detach"); }
+  void stash() override { call("stash"); }
+  void drop_stash() override { call("drop_stash"); }
+  const pyb::object& slot() const { return slot_; }
+
+ private:
+  /// Hooks and stashes cannot fail in a way the registry could repair: a Python error here is
+  /// reported (sys.unraisablehook) and the call is skipped.
+  void call(const char* method) {
+    try {
+      slot_.attr(method)();
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable(method);
+    }
+  }
+  pyb::object slot_;
+  size_t nbytes_;
+  std::string describe_;
+};
+
+/// A submitted reduction: the Python handle, then its result.
+class PyReduction : public GradReduction {
+ public:
+  PyReduction(pyb::object handle, pyb::object wait_fn)
+      : handle_(std::move(handle)), wait_(std::move(wait_fn)) {}
+  ~PyReduction() override {
+    pyb::gil_scoped_acquire gil;
+    handle_ = result_ = wait_ = pyb::object();
+  }
+  Status wait() override {
+    try {
+      result_ = wait_(handle_);
+      return Status();
+    } catch (pyb::error_already_set& e) {
+      return internal_error(e.what());
+    }
+  }
+  const pyb::object& result() const { return result_; }
+
+ private:
+  pyb::object handle_, wait_, result_;
+};
+
+class PyFrontend : public optim::GradFrontend {
+ public:
+  void lock(std::mutex& mu) override {
+    if (mu.try_lock()) return;
+    pyb::gil_scoped_release nogil;  // whoever holds it may need the GIL to finish
+    mu.lock();
+  }
+  Result<std::shared_ptr<GradReduction>> submit(const std::vector<GradParam*>& params,
+                                                const std::string& name, bool grouped,
+                                                const optim::ReduceSettings&) override {
+    try {
+      pyb::list slots;
+      for (GradParam* p : params) slots.append(static_cast<PyGradParam*>(p)->slot());
+      pyb::object h = py_submit(slots, name, grouped);
+      return std::shared_ptr<GradReduction>(std::make_shared<PyReduction>(h, py_wait));
+    } catch (pyb::error_already_set& e) {
+      return internal_error(e.what());
+    }
+  }
+  void finish(GradParam& p, GradReduction& r, size_t index, bool ok) override {
+    try {
+      static_cast<PyGradParam&>(p).slot().attr("finish")(static_cast<PyReduction&>(r).result(),
+                                                         index, ok);
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable("finish");
+    }
+  }
+  bool defer_to_end_of_pass() override {
+    try {
+      return py_defer().cast<bool>();
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable("defer_to_end_of_pass");
+      return false;
+    }
+  }
+  pyb::object py_submit, py_wait, py_defer;  ///< set once by hvd.torch._grad_registry
+};
+
+PyFrontend& frontend() {
+  static auto* fe = new PyFrontend();  // never destroyed: Python objects outlive statics
+  return *fe;
+}
+
+optim::GradRegistry& registry() {
+  static auto* r = new optim::GradRegistry(frontend(), 25u << 20);
+  return *r;
+}
+
+/// What the hooks hold: the entry, weakly (the entry holds the hooks' owner).
+struct EntryRef {
+  std::weak_ptr<GradEntry> e;
+  std::shared_ptr<GradEntry> get() const {
+    auto p = e.lock();
+    if (!p) throw pyb::value_error("the parameter is no longer registered");
+    return p;
+  }
+};
+
+/// What an optimizer holds: its entries.
+struct Entries {
+  EntryList list;
+};
+
+void PyGradParam::attach(const std::weak_ptr<GradEntry>& e) { slot_.attr("attach")(EntryRef{e}); }
+
+void throw_status(const Status& s) {
+  if (!s.ok()) throw hvd::Error(s);
+}
+
+optim::ReduceSettings settings_from(const pyb::tuple& t) {
+  optim::ReduceSettings s;
+  s.op = static_cast<ReduceOp>(t[0].cast<int>());
+  s.compression = t[1].cast<std::string>();
+  s.backward_passes_per_step = t[2].cast<int>();
+  s.predivide = t[3].cast<double>();
+  s.process_set = t[4].cast<int32_t>();
+  s.sparse_as_dense = t[5].cast<bool>();
+  return s;
+}
+
+}  // namespace
+
+void bind_registry(pybind11::module_& m) {
+  pyb::class_<EntryRef>(m, "_GradEntryRef")
+      .def("before_pass", [](const EntryRef& r) { throw_status(registry().before_pass(r.get())); })
+      .def("after_pass", [](const EntryRef& r) { throw_status(registry().after_pass(r.get())); })
+      .def_property_readonly("name", [](const EntryRef& r) { return r.get()->name; })
+      .def_property_readonly("wire", [](const EntryRef& r) { return r.get()->wire; });
+  pyb::class_<Entries>(m, "_GradEntries")
+      .def("__len__", [](const Entries& e) { return e.list.size(); })
+      .def("extend",
+           [](Entries& e, const Entries& o) {
+             e.list.insert(e.list.end(), o.list.begin(), o.list.end());
+           })
+      .def_property_readonly("names",
+                             [](const Entries& e) {
+                               std::vector<std::string> out;
+                               for (const auto& x : e.list) out.push_back(x->name);
+                               return out;
+                             })
+      .def_property_readonly("wires",
+                             [](const Entries& e) {
+                               std::vector<std::string> out;
+                               for (const auto& x : e.list) out.push_back(x->wire);
+                               return out;
+                             })
+      .def_property_readonly("slots", [](const Entries& e) {
+        pyb::list out;
+        for (const auto& x : e.list) out.append(static_cast<PyGradParam&>(*x->param).slot());
+        return out;
+      });
+
+  m.def("registry_set_frontend", [](pyb::object submit, pyb::object wait, pyb::object defer) {
+    frontend().py_submit = std::move(submit);
+    frontend().py_wait = std::move(wait);
+    frontend().py_defer = std::move(defer);
+  });
+  // specs: [(name or None, key, slot, nbytes, description)]; settings: (op, compression name,
+  // backward_passes_per_step, predivide, process set id, sparse_as_dense).
+  m.def("registry_add",
+        [](int64_t owner, const std::string& label, const pyb::list& specs,
+           const pyb::tuple& settings, const std::vector<std::vector<size_t>>& groups) {
+          std::vector<optim::ParamSpec> params;
+          for (const auto& item : specs) {
+            auto t = item.cast<pyb::tuple>();
+            optim::ParamSpec p;
+            p.name = t[0].is_none() ? std::string() : t[0].cast<std::string>();
+            p.key = t[1].cast<uint64_t>();
+            p.param = std::make_unique<PyGradParam>(pyb::reinterpret_borrow<pyb::object>(t[2]),
+                                                    t[3].cast<size_t>(), t[4].cast<std::string>());
+            params.push_back(std::move(p));
+          }
+          Result<EntryList> r =
+              registry().add(owner, label, std::move(params), settings_from(settings), groups);
+          if (!r.ok()) throw pyb::value_error(r.status().message());
+          return Entries{std::move(r).value()};
+        });
+  m.def("registry_remove",
+        [](int64_t owner, const Entries& e) { registry().remove(owner, e.list); });
+  m.def("registry_has_live_name",
+        [](const std::string& name) { return registry().has_live_name(name); });
+  m.def("registry_synchronize", [](int64_t owner, const Entries& e) {
+    throw_status(registry().synchronize(owner, e.list));
+  });
+  m.def("registry_consume",
+        [](int64_t owner, const Entries& e) { registry().consume(owner, e.list); });
+  m.def("registry_quiesce", [](const Entries& e) { registry().quiesce(e.list); });
+  m.def("registry_end_of_pass", []() { throw_status(registry().end_of_pass()); });
+  m.def("registry_first_in_flight", [](const Entries& e) -> pyb::object {
+    auto busy = registry().first_in_flight(e.list);
+    if (!busy) return pyb::none();
+    return pyb::str(busy->name);
+  });
+  m.def("registry_set_backward_passes_per_step", [](const Entries& e, int passes) {
+    registry().set_backward_passes_per_step(e.list, passes);
+  });
+  m.def("registry_submissions", []() { return registry().submissions(); });
+  m.def("registry_bucket_bytes", []() { return registry().bucket_bytes(); });
+  m.def("registry_set_bucket_bytes", [](size_t b) { registry().set_bucket_bytes(b); });
+}
+
+}  // namespace hvd::py

@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+// The gradient registry behind every DistributedOptimizer (libtorch and Python): which parameters
+// are reduced, under which names, and when. It knows no framework: a parameter is a key (the
+// tensor's identity) and a GradParam the framework implements; a reduction is started and applied
+// by the framework's GradFrontend. The libtorch optimizer (optimizer/src/torch_grad_ops.cc) and
+// the Python binding (bindings/src/py_registry.cc) drive the same rules.
+//
+// One entry per parameter tensor, whatever number of optimizers hold it: one reduction per
+// parameter per backward pass. Each entry walks a small state machine:
+//
+//   kClean --pre-hook--> kAccumulating --post-hook, passes == backward_passes_per_step (and every
+//   group mate ready)--> kQueued (waiting for its bucket or the end of the backward pass)
+//   --submitted--> kInFlight --waited for--> kClean (.grad holds the reduced gradient)
+//
+// kClean means: .grad holds a value that is the same on every rank (a reduction's result, zeros
+// after zero_grad(), or nothing). A backward pass that starts accumulating into such a gradient
+// first sets it aside (GradParam::stash; a pointer move, no copy), so that only what the pass adds
+// is reduced and the set-aside value is added back afterwards: several backward passes before a
+// step, module.zero_grad(), retain_graph, a second loss through a shared encoder all give the
+// gradients plain PyTorch would, for Sum as for Average. A pass that starts while the entry's
+// reduction is in flight first waits for it (it has been submitted on every rank).
+//
+// A kClean entry remembers the owners (optimizers) that have not stepped on its reduction yet
+// ("pending"): their synchronize() reuses it. synchronize() submits every entry of its optimizer
+// that is neither in flight nor pending for it: the ranks where a parameter got no gradient
+// contribute zeros under the same name, so every rank submits the same names and nobody hangs.
+//
+// Names on the wire: "grad.<name>", the first name given for the tensor (or "param.<n>" in
+// registration order). A name already used on the wire by another live tensor (two models whose
+// parameters are both "main.0.weight", a new model built while an old one is alive) gets the
+// first free suffix "#2", "#3", ...: identical on every rank because every rank registers the
+// same tensors in the same order. Two different tensors under one name inside one optimizer
+// are an error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hvd/core/status.h"
+#include "hvd/core/types.h"
+
+namespace hvd::optim {
+
+/// How a parameter's gradient is reduced; optimizers sharing a parameter must agree.
+struct ReduceSettings {
+  ReduceOp op = ReduceOp::kAverage;
+  std::string compression = "none";  ///< the frontend's name for its compressor
+  int backward_passes_per_step = 1;
+  double predivide = 1.0;
+  int32_t process_set = 0;
+  bool sparse_as_dense = false;
+  bool operator==(const ReduceSettings& o) const {
+    return op == o.op && compression == o.compression &&
+           backward_passes_per_step == o.backward_passes_per_step && predivide == o.predivide &&
+           process_set == o.process_set && sparse_as_dense == o.sparse_as_dense;
+  }
+  std::string str() const;
+};
+
+struct GradEntry;
+
+/// The framework's side of one registered parameter. Every method is called with the registry's
+/// lock held (on a Python thread: with the GIL too).
+class GradParam {
+ public:
+  virtual ~GradParam() = default;
+  /// Bytes of the gradient (bucketing).
+  virtual size_t nbytes() const = 0;
+  /// For messages: "float32[64, 32] at 0x..." .
+  virtual std::string describe() const = 0;
+  /// The entry now exists: install the hooks (before accumulation: GradRegistry::before_pass,
+  /// after it: after_pass). Hold `e` weakly.
+  virtual void attach(const std::weak_ptr<GradEntry>& e) = 0;
+  /// The last owner is gone: remove the hooks.
+  virtual void detach() = 0;
+  /// Sets the current gradient aside (nothing to do when it has none): the next pass
+  /// accumulates into an empty gradient; finish() adds it back.
+  virtual void stash() = 0;
+  /// Forgets what stash() set aside (the gradient is being zeroed).
+  virtual void drop_stash() = 0;
+};
+
+/// One submitted reduction; wait() is called without the registry's lock.
+class GradReduction {
+ public:
+  virtual ~GradReduction() = default;
+  virtual Status wait() = 0;
+};
+
+/// What the registry asks of the framework.
+class GradFrontend {
+ public:
+  virtual ~GradFrontend() = default;
+  /// Takes the registry's lock (Python: never blocks on it while holding the GIL).
+  virtual void lock(std::mutex& mu) { mu.lock(); }
+  /// Starts reducing the current gradients of `params` (zeros where there is none) under `name`:
+  /// one allreduce, or one grouped allreduce when `grouped`.
+  virtual Result<std::shared_ptr<GradReduction>> submit(const std::vector<GradParam*>& params,
+                                                        const std::string& name, bool grouped,
+                                                        const ReduceSettings& s) = 0;
+  /// The reduction `r` of `p` (member `index` of it) is over: `ok`: the gradient becomes the
+  /// result plus what stash() set aside (unless the user replaced or changed the gradient
+  /// meanwhile: then it is left as the user made it); not `ok`: the stash is dropped.
+  virtual void finish(GradParam& p, GradReduction& r, size_t index, bool ok) = 0;
+  /// Runs GradRegistry::end_of_pass() when the current backward pass ends; false when no backward
+  /// pass is running (the caller then submits at once).
+  virtual bool defer_to_end_of_pass() { return false; }
+};
+
+/// One registered parameter. Registry-owned: frontends read `name` and `wire`, nothing else.
+struct GradEntry {
+  enum class State { kClean, kAccumulating, kQueued, kInFlight };
+  struct Group;
+  uint64_t key = 0;
+  std::unique_ptr<GradParam> param;
+  std::string name;                                     ///< the first name given (or "param.<n>")
+  std::string wire;                                     ///< the reduction's name: "grad.<name>[#k]"
+  std::vector<std::pair<int64_t, std::string>> owners;  ///< (owner id, label)
+  ReduceSettings settings;
+  std::shared_ptr<Group> group;
+  State state = State::kClean;
+  int passes = 0;
+  bool zeroed = false;  ///< zero_grad() of an owner since the last pass: nothing to set aside
+  std::shared_ptr<GradReduction> reduction;
+  size_t slot = 0;               ///< index in a grouped reduction
+  std::vector<int64_t> pending;  ///< owners that have not stepped on the reduced gradient
+  std::string owner_labels() const;
+};
+
+struct GradEntry::Group {
+  std::string name;
+  std::vector<std::shared_ptr<GradEntry>> members;
+};
+
+using EntryList = std::vector<std::shared_ptr<GradEntry>>;
+
+/// A parameter as an optimizer hands it over; empty name = automatic.
+struct ParamSpec {
+  std::string name;
+  uint64_t key = 0;                  ///< the tensor's identity
+  std::unique_ptr<GradParam> param;  ///< taken when the entry is new
+};
+
+class GradRegistry {
+ public:
+  /// `bucket_bytes`: ready reductions queue until they hold this many bytes or the backward pass
+  /// ends; 0 submits each at once.
+  GradRegistry(GradFrontend& frontend, size_t bucket_bytes);
+
+  /// Registers `params` for `owner`; `groups` are index lists into `params`. Validates first
+  /// (one name for two tensors of this owner, shared settings, groups) and fails without
+  /// changing anything.
+  Result<EntryList> add(int64_t owner, const std::string& label, std::vector<ParamSpec> params,
+                        const ReduceSettings& settings,
+                        const std::vector<std::vector<size_t>>& groups);
+  /// Drops `owner`; entries nobody holds lose their hooks (after their reduction in flight).
+  void remove(int64_t owner, const EntryList& entries);
+  /// True when some name would collide on the wire with a live entry of another tensor.
+  bool has_live_name(const std::string& name) const;
+
+  /// The pre-hook: a backward pass is about to accumulate into e's gradient.
+  Status before_pass(const std::shared_ptr<GradEntry>& e);
+  /// The post-hook: a backward pass has accumulated into e's gradient.
+  Status after_pass(const std::shared_ptr<GradEntry>& e);
+  /// Submits what is queued (the frontend calls it when a backward pass ends).
+  Status end_of_pass();
+  /// Starts what has not started for `entries` and waits until all are reduced.
+  Status synchronize(int64_t owner, const EntryList& entries);
+  /// `owner` has applied the reduced gradients of `entries`.
+  void consume(int64_t owner, const EntryList& entries);
+  /// Before zero_grad(): waits for the reductions of `entries` in flight (failures are ignored:
+  /// the results are about to be discarded) and starts a new round for each.
+  void quiesce(const EntryList& entries);
+  /// The first of `entries` whose reduction is queued or in flight, or null.
+  std::shared_ptr<GradEntry> first_in_flight(const EntryList& entries);
+  /// New backward_passes_per_step for `entries`; passes counted so far restart from zero.
+  void set_backward_passes_per_step(const EntryList& entries, int passes);
+  /// Reductions submitted per wire name since the registry was made (tests count them).
+  std::map<std::string, int64_t> submissions() const;
+  size_t bucket_bytes() const { return bucket_bytes_; }
+  void set_bucket_bytes(size_t b) { bucket_bytes_ = b; }
+
+ private:
+  class Lock;
+  using Waits = std::vector<std::pair<std::shared_ptr<GradEntry>, std::shared_ptr<GradReduction>>>;
+  Status validate(const std::string& label, const std::vector<ParamSpec>& params,
+                  const ReduceSettings& settings,
+                  const std::vector<std::vector<size_t>>& groups) const;
+  std::string free_wire_name(const std::string& name) const;
+  void start_round(GradEntry& e);
+  void set_aside(GradEntry& e);
+  Status queue(const EntryList& entries, const std::string& group_name);
+  Status flush();
+  Status submit(const EntryList& entries, const std::string& group_name);
+  bool group_ready(const GradEntry::Group& g) const;
+  Waits in_flight(const EntryList& entries) const;
+  /// Waits for `waits` (lock released meanwhile, `lk` re-taken) and finishes them.
+  Status wait_and_finish(Lock& lk, const Waits& waits);
+
+  GradFrontend& fe_;
+  size_t bucket_bytes_;
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<GradEntry>> by_key_;
+  std::unordered_map<std::string, std::shared_ptr<GradEntry>> by_wire_;
+  uint64_t auto_names_ = 0;
+  std::vector<std::pair<EntryList, std::string>> queued_;
+  size_t queued_bytes_ = 0;
+  bool end_of_pass_queued_ = false;
+  std::map<std::string, int64_t> submissions_;
+};
+
+}  // namespace hvd::optim

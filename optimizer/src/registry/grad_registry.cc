@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// The gradient registry: registration, names and removal (rounds: grad_rounds.cc).
+#include "hvd/optim/grad_registry.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "registry_lock.h"
+
+namespace hvd::optim {
+
+std::string ReduceSettings::str() const {
+  std::ostringstream os;
+  os << "op " << reduce_op_name(op) << ", compression " << compression
+     << ", backward_passes_per_step " << backward_passes_per_step << ", gradient_predivide_factor "
+     << predivide << ", process set " << process_set << ", sparse_as_dense "
+     << (sparse_as_dense ? "true" : "false");
+  return os.str();
+}
+
+std::string GradEntry::owner_labels() const {
+  std::string s;
+  for (const auto& o : owners) s += (s.empty() ? "'" : ", '") + o.second + "'";
+  return s;
+}
+
+GradRegistry::GradRegistry(GradFrontend& frontend, size_t bucket_bytes)
+    : fe_(frontend), bucket_bytes_(bucket_bytes) {}
+
+bool GradRegistry::has_live_name(const std::string& name) const {
+  Lock lk(*this);
+  return by_wire_.count("grad." + name) > 0;
+}
+
+std::string GradRegistry::free_wire_name(const std::string& name) const {
+  const std::string base = "grad." + name;
+  if (!by_wire_.count(base)) return base;
+  for (int k = 2;; ++k) {
+    std::string w = base + "#" + std::to_string(k);
+    if (!by_wire_.count(w)) return w;
+  }
+}
+
+Status GradRegistry::validate(const std::string& label, const std::vector<ParamSpec>& params,
+                              const ReduceSettings& settings,
+                              const std::vector<std::vector<size_t>>& groups) const {
+  std::unordered_map<std::string, size_t> mine;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    auto existing = by_key_.find(p.key);
+    if (existing != by_key_.end() && !(existing->second->settings == settings)) {
+      const GradEntry& e = *existing->second;
+      return invalid_argument("DistributedOptimizer: parameter '" + e.name + "' is shared by " +
+                              e.owner_labels() + " (" + e.settings.str() + ") and '" + label +
+                              "' (" + settings.str() +
+                              "); optimizers sharing a parameter must reduce it the same way");
+    }
+    if (p.name.empty()) continue;
+    auto ins = mine.emplace(p.name, i);
+    if (!ins.second && params[ins.first->second].key != p.key) {
+      const ParamSpec& first = params[ins.first->second];
+      auto describe = [this](const ParamSpec& s) {
+        auto it = by_key_.find(s.key);
+        return s.param ? s.param->describe()
+                       : (it != by_key_.end() ? it->second->param->describe() : "?");
+      };
+      return invalid_argument(
+          "DistributedOptimizer '" + label +
+          "': two different tensors are registered under the name '" + p.name +
+          "': " + describe(first) + " and " + describe(p) +
+          "; names must identify one tensor within an optimizer (as in Horovod)");
+    }
+  }
+  for (const auto& g : groups) {
+    bool any_new = false, same = true;
+    std::shared_ptr<GradEntry::Group> first;
+    for (size_t k = 0; k < g.size(); ++k) {
+      auto it = by_key_.find(params[g[k]].key);
+      auto cur = it == by_key_.end() ? nullptr : it->second->group;
+      any_new = any_new || it == by_key_.end();
+      if (k == 0) first = cur;
+      same = same && cur && cur == first;
+    }
+    if (!any_new && same && first->members.size() == g.size()) continue;  // identical group
+    bool all_new = true;
+    for (size_t i : g) all_new = all_new && !by_key_.count(params[i].key);
+    if (!all_new) {
+      return invalid_argument(
+          "DistributedOptimizer '" + label + "': the group starting with parameter '" +
+          params[g.front()].name +
+          "' contains a parameter that another optimizer already reduces with a different "
+          "grouping; give shared parameters identical groups");
+    }
+  }
+  return Status();
+}
+
+Result<EntryList> GradRegistry::add(int64_t owner, const std::string& label,
+                                    std::vector<ParamSpec> params, const ReduceSettings& settings,
+                                    const std::vector<std::vector<size_t>>& groups) {
+  Lock lk(*this);
+  if (Status s = validate(label, params, settings, groups); !s.ok()) return s;
+  EntryList out;
+  out.reserve(params.size());
+  for (auto& p : params) {
+    auto it = by_key_.find(p.key);
+    std::shared_ptr<GradEntry> e;
+    if (it != by_key_.end()) {
+      e = it->second;
+    } else {
+      e = std::make_shared<GradEntry>();
+      e->key = p.key;
+      e->param = std::move(p.param);
+      e->name = p.name.empty() ? "param." + std::to_string(auto_names_++) : p.name;
+      e->wire = free_wire_name(e->name);
+      e->settings = settings;
+      e->param->attach(e);
+      by_key_[e->key] = e;
+      by_wire_[e->wire] = e;
+    }
+    if (std::none_of(e->owners.begin(), e->owners.end(),
+                     [owner](const auto& o) { return o.first == owner; })) {
+      e->owners.emplace_back(owner, label);
+    }
+    out.push_back(e);
+  }
+  for (const auto& g : groups) {
+    if (out[g.front()]->group) continue;  // validated: the identical existing group
+    auto grp = std::make_shared<GradEntry::Group>();
+    grp->name = "grad.group." + out[g.front()]->wire.substr(5) + "+" + std::to_string(g.size() - 1);
+    for (size_t i : g) {
+      grp->members.push_back(out[i]);
+      out[i]->group = grp;
+    }
+  }
+  return out;
+}
+
+void GradRegistry::remove(int64_t owner, const EntryList& entries) {
+  Lock lk(*this);
+  for (const auto& e : entries) {
+    auto& o = e->owners;
+    o.erase(std::remove_if(o.begin(), o.end(), [owner](const auto& x) { return x.first == owner; }),
+            o.end());
+    e->pending.erase(std::remove(e->pending.begin(), e->pending.end(), owner), e->pending.end());
+    if (!o.empty()) continue;
+    auto it = by_key_.find(e->key);
+    if (it == by_key_.end() || it->second != e) continue;  // removed already
+    if (e->state == GradEntry::State::kInFlight) {
+      // The gradient must outlive its reduction.
+      (void)wait_and_finish(lk, {{e, e->reduction}});
+    }
+    queued_.erase(std::remove_if(queued_.begin(), queued_.end(),
+                                 [&e](const auto& q) {
+                                   return std::find(q.first.begin(), q.first.end(), e) !=
+                                          q.first.end();
+                                 }),
+                  queued_.end());
+    e->param->detach();
+    if (e->group) {
+      for (auto& m : e->group->members) {
+        if (m != e) m->group.reset();  // the group dissolves with its first departing member
+      }
+      e->group.reset();
+    }
+    by_key_.erase(e->key);
+    by_wire_.erase(e->wire);
+  }
+}
+
+void GradRegistry::set_backward_passes_per_step(const EntryList& entries, int passes) {
+  Lock lk(*this);
+  for (const auto& e : entries) {
+    e->settings.backward_passes_per_step = passes;
+    if (e->state == GradEntry::State::kAccumulating) e->passes = 0;
+  }
+}
+
+std::map<std::string, int64_t> GradRegistry::submissions() const {
+  Lock lk(*this);
+  return submissions_;
+}
+
+}  // namespace hvd::optim

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: Apache-2.0
+// The libtorch side of the gradient registry (hvd/optim/grad_registry.h): hooks on a parameter's
+// gradient accumulator, staging (16-bit compression, contiguous copies), submission through the
+// hvd API and writing the result back into .grad.
+#include "torch_grad_ops.h"
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <sstream>
+
+#include "hvd/hvd.h"
+#include "hvd/optim/tensor_adapter.h"
+
+namespace hvd::optim::detail {
+namespace {
+
+/// Fires after autograd has accumulated the parameter's gradient into .grad.
+class AfterPassHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit AfterPassHook(std::weak_ptr<GradEntry> e) : e_(std::move(e)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    if (auto e = e_.lock()) throw_if_error(torch_registry().after_pass(e));
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<GradEntry> e_;
+};
+
+class TorchReduction : public GradReduction {
+ public:
+  explicit TorchReduction(Handle h) : handle(std::move(h)) {}
+  Status wait() override { return handle.wait_status(); }
+  Handle handle;
+};
+
+class TorchGradParam : public GradParam {
+ public:
+  TorchGradParam(torch::Tensor p, Compression c) : param_(std::move(p)), compression_(c) {}
+
+  size_t nbytes() const override { return param_.numel() * param_.element_size(); }
+  std::string describe() const override {
+    std::ostringstream os;
+    os << c10::toString(param_.scalar_type()) << shape_str(param_.sizes().vec()) << " at "
+       << static_cast<const void*>(param_.unsafeGetTensorImpl());
+    return os.str();
+  }
+  void attach(const std::weak_ptr<GradEntry>& e) override {
+    accumulator_ = torch::autograd::impl::grad_accumulator(param_);
+    post_key_ = accumulator_->add_post_hook(std::make_unique<AfterPassHook>(e));
+    pre_key_ = param_.register_hook([e](const torch::Tensor& g) {
+      if (auto entry = e.lock()) throw_if_error(torch_registry().before_pass(entry));
+      return g;
+    });
+  }
+  void detach() override {
+    param_.remove_hook(pre_key_);
+    accumulator_->del_post_hook(post_key_);
+  }
+  void stash() override {
+    if (!param_.grad().defined()) return;
+    base_ = param_.grad();
+    param_.mutable_grad() = torch::Tensor();
+  }
+  void drop_stash() override { base_ = torch::Tensor(); }
+
+  /// The tensor the allreduce works on: .grad itself, or a contiguous / 16-bit staging copy.
+  Result<TensorView> make_wire(const std::string& name) {
+    torch::NoGradGuard no_grad;
+    if (!param_.grad().defined()) param_.mutable_grad() = torch::zeros_like(param_);
+    torch::Tensor g = param_.grad();
+    if (g.layout() != c10::kStrided) {
+      return invalid_argument("DistributedOptimizer: gradient of '" + name +
+                              "' is sparse; sparse gradients are not supported by the C++ "
+                              "DistributedOptimizer (use a dense embedding)");
+    }
+    const auto st = g.scalar_type();
+    const bool wide_float = st == c10::kFloat || st == c10::kDouble;
+    if (wide_float && compression_ == Compression::kFp16) {
+      wire_ = g.to(c10::kHalf);
+    } else if (wide_float && compression_ == Compression::kBf16) {
+      wire_ = g.to(c10::kBFloat16);
+    } else {
+      wire_ = g.is_contiguous() ? g : g.contiguous();
+    }
+    wired_grad_ = g;
+    wired_version_ = g._version();
+    try {
+      return to_view(wire_, "gradient of '" + name + "'");
+    } catch (const Error& e) {
+      return Status(e.code(), e.what());
+    }
+  }
+
+  void finish(bool ok) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor g = param_.grad();
+    const bool same = g.defined() && g.is_same(wired_grad_);
+    if (ok && same && g._version() == wired_version_) {
+      if (!wire_.is_same(g)) g.copy_(wire_);
+      if (base_.defined()) g.add_(base_);
+    } else if (ok && same && wire_.is_same(g)) {
+      // Changed in place (zeroed) while the reduction wrote into it: keep the user's zeros.
+      g.zero_();
+    }
+    base_ = wire_ = wired_grad_ = torch::Tensor();
+  }
+
+ private:
+  torch::Tensor param_;
+  Compression compression_;
+  std::shared_ptr<torch::autograd::Node> accumulator_;  ///< kept alive, or the hook is lost
+  uintptr_t post_key_ = 0;
+  unsigned pre_key_ = 0;
+  torch::Tensor base_;         ///< set aside by stash()
+  torch::Tensor wire_;         ///< what the allreduce reads and writes
+  torch::Tensor wired_grad_;   ///< .grad when the reduction started
+  int64_t wired_version_ = 0;  ///< and its version counter then
+};
+
+class TorchFrontend : public GradFrontend {
+ public:
+  Result<std::shared_ptr<GradReduction>> submit(const std::vector<GradParam*>& params,
+                                                const std::string& name, bool grouped,
+                                                const ReduceSettings& s) override {
+    std::vector<TensorView> views;
+    for (GradParam* p : params) {
+      Result<TensorView> v = static_cast<TorchGradParam*>(p)->make_wire(name);
+      if (!v.ok()) return v.status();
+      views.push_back(v.value());
+    }
+    const double pre = 1.0 / s.predivide, post = s.predivide;
+    const ProcessSet set(s.process_set);
+    Handle h;
+    try {
+      h = grouped ? hvd::grouped_allreduce_async(views, name, s.op, pre, post, set)
+                  : hvd::allreduce_async(views.front(), name, s.op, pre, post, set);
+    } catch (const Error& e) {
+      return Status(e.code(), e.what());
+    }
+    std::function<void(const std::string&, const Handle&)> observer;
+    {
+      std::lock_guard<std::mutex> lk(observer_mu);
+      observer = this->observer;
+    }
+    if (observer) observer(name, h);
+    return std::shared_ptr<GradReduction>(std::make_shared<TorchReduction>(h));
+  }
+  void finish(GradParam& p, GradReduction&, size_t, bool ok) override {
+    static_cast<TorchGradParam&>(p).finish(ok);
+  }
+  bool defer_to_end_of_pass() override {
+    try {
+      torch::autograd::Engine::get_default_engine().queue_callback(
+          [] { throw_if_error(torch_registry().end_of_pass()); });
+      return true;
+    } catch (const c10::Error&) {
+      return false;  // not inside a backward pass
+    }
+  }
+
+  std::mutex observer_mu;
+  std::function<void(const std::string&, const Handle&)> observer;
+};
+
+TorchFrontend& torch_frontend() {
+  static auto* fe = new TorchFrontend();  // never destroyed: hooks may outlive statics
+  return *fe;
+}
+
+}  // namespace
+
+GradRegistry& torch_registry() {
+  // Each ready gradient is submitted at once (bucket 0): the runtime fuses what is ready together.
+  static auto* r = new GradRegistry(torch_frontend(), 0);
+  return *r;
+}
+
+std::unique_ptr<GradParam> make_torch_param(const torch::Tensor& p, Compression c) {
+  return std::make_unique<TorchGradParam>(p, c);
+}
+
+const char* compression_name(Compression c) {
+  switch (c) {
+    case Compression::kNone:
+      return "none";
+    case Compression::kFp16:
+      return "fp16";
+    case Compression::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+void set_submit_observer(std::function<void(const std::string& name, const Handle& handle)> fn) {
+  std::lock_guard<std::mutex> lk(torch_frontend().observer_mu);
+  torch_frontend().observer = std::move(fn);
+}
+
+}  // namespace hvd::optim::detail

@@ -1,0 +1,299 @@
+# SPDX-License-Identifier: Apache-2.0
+"""[python] Gradients in every order plain PyTorch accepts (several backward passes before a step,
+module.zero_grad(), retain_graph, per-optimizer backward/step/zero_grad through a shared
+encoder), several models whose parameter names collide, optimizers built while older ones live,
+sparse gradients, a process set this rank is outside of: after 20 steps the weights equal one
+process training on the whole batch (float32, largest difference <= 1e-6), which each rank
+computes itself. Counts reductions per parameter per step, so a shared parameter reduced twice,
+or skipped, fails."""
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import hvd.torch as hvd
+from hvd import _core
+
+STEPS = 20
+ROWS = 4
+TOL = 1e-6
+
+
+def data(seed, din=6, dout=3):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(hvd.size() * ROWS, din, generator=g)
+    y = torch.randn(hvd.size() * ROWS, dout, generator=g)
+    return x, y
+
+
+def shard(t):
+    return t[hvd.rank() * ROWS:(hvd.rank() + 1) * ROWS]
+
+
+def mlp(seed, din=6, dout=3):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(din, 8), nn.Tanh(), nn.Linear(8, dout))
+
+
+def max_diff(a, b):
+    return max(float((p - q).abs().max()) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def submissions():
+    return dict(_core.registry_submissions())
+
+
+def counted(before, names):
+    after = submissions()
+    return {n: after.get(n, 0) - before.get(n, 0) for n in names}
+
+
+@pytest.mark.parametrize("op", ["average", "sum"])
+@pytest.mark.parametrize("zero", ["optimizer", "module", "module_none", "optimizer_none"])
+def test_two_backward_passes_before_step(op, zero):
+    """DCGAN's discriminator: errD_real.backward(); errD_fake.backward(); optD.step()."""
+    x, y = data(1)
+    model, ref = mlp(0), mlp(0)
+    hop = hvd.Sum if op == "sum" else hvd.Average
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                   named_parameters=model.named_parameters(), op=hop)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    # One process on the whole batch: mean over all rows (Average), or the sum of each rank's
+    # shard mean (Sum).
+    scale = hvd.size() if op == "sum" else 1.0
+    names = opt._hvd_entries.wires
+    for step in range(STEPS):
+        before = submissions()
+        for m, o, xs, ys, s in ((model, opt, shard(x), shard(y), 1.0), (ref, ref_opt, x, y, scale)):
+            if zero == "optimizer":
+                o.zero_grad(set_to_none=False)
+            elif zero == "optimizer_none":
+                o.zero_grad(set_to_none=True)
+            else:
+                m.zero_grad(set_to_none=(zero == "module_none"))
+            (s * F.mse_loss(m(xs), ys)).backward()
+            (s * F.mse_loss(m(xs * 0.5), ys)).backward()
+            o.step()
+        n = counted(before, names)
+        assert all(v == 2 for v in n.values()), (step, n)  # one per parameter per pass
+    assert max_diff(model, ref) <= TOL
+
+
+def test_retain_graph_twice_and_bpps_keeps_horovods_meaning():
+    x, y = data(2)
+    for bpps in (1, 2):
+        model, ref = mlp(1), mlp(1)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                       named_parameters=model.named_parameters(),
+                                       backward_passes_per_step=bpps)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        names = opt._hvd_entries.wires
+        for _ in range(STEPS):
+            before = submissions()
+            for m, o, xs, ys in ((model, opt, shard(x), shard(y)), (ref, ref_opt, x, y)):
+                o.zero_grad()
+                loss = F.mse_loss(m(xs), ys)
+                loss.backward(retain_graph=True)
+                loss.backward()
+                o.step()
+            # bpps=2: both passes accumulate locally, then one reduction (Horovod's meaning).
+            assert set(counted(before, names).values()) == {2 // bpps}
+        assert max_diff(model, ref) <= TOL
+
+
+class Gen(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 6))
+
+    def forward(self, z):
+        return self.main(z)
+
+
+class Disc(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(6, 8), nn.LeakyReLU(0.2), nn.Linear(8, 1))
+
+    def forward(self, x):
+        return self.main(x)
+
+
+def dcgan_step(net_g, net_d, opt_g, opt_d, real, z):
+    """PyTorch's DCGAN loop, verbatim in shape: both models have `main`, netD.zero_grad(),
+    two D backward passes, fake.detach(), the generator's loss through D."""
+    crit = nn.BCEWithLogitsLoss()
+    ones, zeros = torch.ones(real.shape[0], 1), torch.zeros(real.shape[0], 1)
+    net_d.zero_grad()
+    err_real = crit(net_d(real), ones)
+    err_real.backward()
+    fake = net_g(z)
+    err_fake = crit(net_d(fake.detach()), zeros)
+    err_fake.backward()
+    opt_d.step()
+    net_g.zero_grad()
+    err_g = crit(net_d(fake), ones)
+    err_g.backward()
+    opt_g.step()
+
+
+def test_dcgan_two_models_with_colliding_names_train_like_one_process():
+    g = torch.Generator().manual_seed(3)
+    real = torch.randn(hvd.size() * ROWS, 6, generator=g)
+    z = torch.randn(hvd.size() * ROWS, 3, generator=g)
+    torch.manual_seed(4)
+    net_g, net_d = Gen(), Disc()
+    ref_g, ref_d = copy.deepcopy(net_g), copy.deepcopy(net_d)
+    opt_d = hvd.DistributedOptimizer(torch.optim.Adam(net_d.parameters(), lr=1e-3),
+                                     named_parameters=net_d.named_parameters())
+    opt_g = hvd.DistributedOptimizer(torch.optim.Adam(net_g.parameters(), lr=1e-3),
+                                     named_parameters=net_g.named_parameters())
+    assert opt_d._hvd_entries.wires[0] == "grad.main.0.weight"
+    assert opt_g._hvd_entries.wires[0] == "grad.main.0.weight#2"
+    everyone = hvd.allgather_object(opt_g._hvd_entries.wires)
+    assert all(w == opt_g._hvd_entries.wires for w in everyone)
+    r_opt_d = torch.optim.Adam(ref_d.parameters(), lr=1e-3)
+    r_opt_g = torch.optim.Adam(ref_g.parameters(), lr=1e-3)
+    for _ in range(STEPS):
+        dcgan_step(net_g, net_d, opt_g, opt_d, shard(real), shard(z))
+        # One process: losses are means over the shard; the whole-batch mean equals the
+        # average of the shard means.
+        dcgan_step(ref_g, ref_d, r_opt_g, r_opt_d, real, z)
+    assert max_diff(net_d, ref_d) <= TOL and max_diff(net_g, ref_g) <= TOL
+
+
+def test_new_model_while_an_old_one_lives():
+    x, y = data(5)
+    old = mlp(2)
+    old_opt = hvd.DistributedOptimizer(torch.optim.SGD(old.parameters(), lr=0.1),
+                                       named_parameters=old.named_parameters())
+    model, ref = mlp(3), mlp(3)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(STEPS):
+        for m, o, xs, ys in ((model, opt, shard(x), shard(y)), (ref, ref_opt, x, y)):
+            o.zero_grad()
+            F.mse_loss(m(xs), ys).backward()
+            o.step()
+    assert max_diff(model, ref) <= TOL
+    # The old one still trains too, under its own names.
+    old_opt.zero_grad()
+    F.mse_loss(old(shard(x)), shard(y)).backward()
+    old_opt.step()
+    # One name for two tensors inside one optimizer stays an error, as in Horovod.
+    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="'weight'"):
+        hvd.DistributedOptimizer(torch.optim.SGD(list(a.parameters()) + list(b.parameters()),
+                                                 lr=0.1),
+                                 named_parameters=list(a.named_parameters()) +
+                                 list(b.named_parameters()))
+
+
+@pytest.mark.parametrize("op", ["average", "sum"])
+def test_shared_encoder_per_optimizer_backward_step_zero_grad(op):
+    """Encoder E shared by three optimizers, each with its decoder; each loss goes through E (the
+    third is not detached); each optimizer does backward(); step(); zero_grad() in turn. E is
+    reduced once per backward pass (counted), never twice, never skipped."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(hvd.size() * ROWS, 6, generator=g)
+    torch.manual_seed(7)
+    enc = nn.Linear(6, 4)
+    decs = [nn.Linear(4, 6) for _ in range(3)]
+    r_enc, r_decs = copy.deepcopy(enc), copy.deepcopy(decs)
+    hop = hvd.Sum if op == "sum" else hvd.Average
+    scale = hvd.size() if op == "sum" else 1.0
+
+    def opts(e, ds, wrap):
+        out = []
+        for d in ds:
+            params = list(e.parameters()) + list(d.parameters())
+            o = torch.optim.SGD(params, lr=0.05)
+            if wrap:
+                named = list(e.named_parameters()) + [("dec." + n, p) for n, p in
+                                                      d.named_parameters()]
+                o = hvd.DistributedOptimizer(o, named_parameters=named, op=hop)
+            out.append(o)
+        return out
+
+    hopts, ropts = opts(enc, decs, True), opts(r_enc, r_decs, False)
+    for _ in range(STEPS):
+        before = submissions()
+        for e, ds, os_, xs, s in ((enc, decs, hopts, shard(x), 1.0),
+                                  (r_enc, r_decs, ropts, x, scale)):
+            for d, o in zip(ds, os_):
+                (s * F.mse_loss(d(torch.tanh(e(xs))), xs)).backward()
+                o.step()
+                o.zero_grad()
+        shared = hopts[0]._hvd_entries.wires[:2]
+        assert hopts[1]._hvd_entries.wires[:2] == shared
+        assert counted(before, shared) == {w: 3 for w in shared}
+        for o in hopts:  # each decoder: once per step
+            assert counted(before, o._hvd_entries.wires[2:]) == \
+                {w: 1 for w in o._hvd_entries.wires[2:]}
+    diff = max(max_diff(enc, r_enc), *(max_diff(a, b) for a, b in zip(decs, r_decs)))
+    assert diff <= TOL
+
+
+def test_sparse_embedding_with_sparse_adam():
+    g = torch.Generator().manual_seed(8)
+    idx = torch.randint(0, 10, (hvd.size() * ROWS, 3), generator=g)
+    torch.manual_seed(9)
+    model = nn.Embedding(10, 4, sparse=True)
+    ref = copy.deepcopy(model)
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(model.parameters()), lr=0.05),
+                                   named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SparseAdam(list(ref.parameters()), lr=0.05)
+    for _ in range(STEPS):
+        for m, o, ii in ((model, opt, shard(idx)), (ref, ref_opt, idx)):
+            o.zero_grad()
+            (m(ii) - 1).pow(2).sum(-1).mean().backward()
+            assert m.weight.grad.is_sparse
+            o.step()
+    assert max_diff(model, ref) <= TOL
+
+
+def test_optimizer_outside_its_process_set_steps_locally():
+    if hvd.size() < 2:
+        pytest.skip("needs 2 ranks")
+    ps = hvd.add_process_set([0])
+    try:
+        x, y = data(10)
+        model, ref = mlp(4), mlp(4)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(), process_set=ps)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        before = submissions()
+        for m, o in ((model, opt), (ref, ref_opt)):
+            for _ in range(3):
+                o.zero_grad()
+                F.mse_loss(m(shard(x)), shard(y)).backward()
+                o.step()
+        # Rank 0 is the whole set (its average is its own gradient); the others step locally.
+        assert max_diff(model, ref) <= TOL
+        n = counted(before, [f"grad.{nm}" for nm, _ in model.named_parameters()])
+        assert set(n.values()) == ({3} if hvd.rank() == 0 else {0})
+        del opt
+    finally:
+        hvd.remove_process_set(ps)
+
+
+def test_synchronize_then_step_warns_as_horovod():
+    model = mlp(5)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x, y = data(11)
+    F.mse_loss(model(shard(x)), shard(y)).backward()
+    opt.synchronize()
+    with pytest.warns(UserWarning, match="skip_synchronize"):
+        opt.step()
+    opt.zero_grad()
+    F.mse_loss(model(shard(x)), shard(y)).backward()
+    opt.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with opt.skip_synchronize():
+            opt.step()
