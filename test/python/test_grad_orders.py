@@ -297,3 +297,28 @@ def test_synchronize_then_step_warns_as_horovod():
         warnings.simplefilter("error")
         with opt.skip_synchronize():
             opt.step()
+
+
+@pytest.mark.parametrize("make", ["sgd_momentum", "adam", "frozen"])
+def test_broadcast_optimizer_state_with_parameters_without_gradient(make):
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    if make == "frozen":
+        model[1].weight.requires_grad_(False)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    elif make == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    # Only the first layer gets a gradient, and only on rank 0: the others never stepped.
+    if hvd.rank() == 0:
+        model[0](torch.ones(1, 3)).sum().backward()
+        opt.step()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    mine = {i: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in opt.state[p].items()}
+            for i, p in enumerate(p for g in opt.param_groups for p in g["params"])
+            if p in opt.state}
+    root = hvd.broadcast_object(mine, root_rank=0)
+    assert mine.keys() == root.keys() and len(mine) == 2  # the first layer's weight and bias
+    for i, st in mine.items():
+        for k, v in st.items():
+            assert torch.equal(torch.as_tensor(v), torch.as_tensor(root[i][k])), (i, k)

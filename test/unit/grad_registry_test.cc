@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+// [unit] The gradient registry's rules (hvd/optim/grad_registry.h) on plain float gradients: a
+// frontend whose "reduction" sums this rank's gradient with a fixed contribution of the other
+// ranks, completing at once. Each expected gradient is worked out by hand in the test.
+#include "hvd/optim/grad_registry.h"
+
+#include <catch2/catch.hpp>
+#include <optional>
+
+using Catch::Matchers::Contains;
+using hvd::optim::EntryList;
+using hvd::optim::GradEntry;
+using hvd::optim::GradFrontend;
+using hvd::optim::GradParam;
+using hvd::optim::GradReduction;
+using hvd::optim::GradRegistry;
+using hvd::optim::ParamSpec;
+using hvd::optim::ReduceSettings;
+
+namespace {
+
+/// One scalar parameter: its gradient (none = std::nullopt) and what stash() set aside.
+struct Scalar : GradParam {
+  std::optional<float> grad, base, wired;
+  std::weak_ptr<GradEntry> entry;
+  bool attached = false;
+  size_t nbytes() const override { return 4; }
+  std::string describe() const override { return "float32[]"; }
+  void attach(const std::weak_ptr<GradEntry>& e) override {
+    entry = e;
+    attached = true;
+  }
+  void detach() override { attached = false; }
+  void stash() override {
+    base = grad;
+    grad.reset();
+  }
+  void drop_stash() override { base.reset(); }
+};
+
+struct Done : GradReduction {
+  hvd::Status wait() override { return hvd::Status(); }
+};
+
+/// The other ranks contribute `others` (their sum) to every reduction; `size` ranks in all.
+struct Frontend : GradFrontend {
+  float others = 0;
+  int size = 2;
+  std::vector<std::string> names;
+  hvd::Result<std::shared_ptr<GradReduction>> submit(const std::vector<GradParam*>& params,
+                                                     const std::string& name, bool,
+                                                     const ReduceSettings& s) override {
+    names.push_back(name);
+    for (GradParam* p : params) {
+      auto* x = static_cast<Scalar*>(p);
+      float sum = x->grad.value_or(0.f) + others;
+      x->wired = s.op == hvd::ReduceOp::kSum ? sum : sum / size;
+    }
+    return std::shared_ptr<GradReduction>(std::make_shared<Done>());
+  }
+  void finish(GradParam& p, GradReduction&, size_t, bool ok) override {
+    auto& x = static_cast<Scalar&>(p);
+    if (ok) x.grad = *x.wired + x.base.value_or(0.f);
+    x.base.reset();
+  }
+};
+
+struct Fixture {
+  Frontend fe;
+  GradRegistry reg{fe, 0};
+  std::vector<Scalar*> params;
+
+  EntryList add(int64_t owner, std::vector<std::pair<std::string, uint64_t>> names,
+                ReduceSettings s = {}, std::vector<std::vector<size_t>> groups = {}) {
+    std::vector<ParamSpec> specs;
+    for (auto& [n, key] : names) {
+      auto p = std::make_unique<Scalar>();
+      params.push_back(p.get());
+      specs.push_back({n, key, std::move(p)});
+    }
+    auto r = reg.add(owner, "opt" + std::to_string(owner), std::move(specs), s, groups);
+    REQUIRE(r.ok());
+    return r.value();
+  }
+  /// A backward pass adding `g` to the gradient of `e`'s parameter.
+  void pass(const std::shared_ptr<GradEntry>& e, float g) {
+    REQUIRE(reg.before_pass(e).ok());
+    auto& x = static_cast<Scalar&>(*e->param);
+    x.grad = x.grad.value_or(0.f) + g;
+    REQUIRE(reg.after_pass(e).ok());
+  }
+  static float grad(const std::shared_ptr<GradEntry>& e) {
+    return static_cast<Scalar&>(*e->param).grad.value_or(-999.f);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("registry: names colliding across owners get the first free suffix", "[unit]") {
+  Fixture f;
+  auto a = f.add(0, {{"main.0.weight", 1}, {"", 2}});
+  auto b = f.add(1, {{"main.0.weight", 3}, {"", 4}});
+  auto c = f.add(2, {{"main.0.weight", 1}});  // the same tensor as a[0]: one entry
+  CHECK(a[0]->wire == "grad.main.0.weight");
+  CHECK(a[1]->wire == "grad.param.0");
+  CHECK(b[0]->wire == "grad.main.0.weight#2");
+  CHECK(b[1]->wire == "grad.param.1");
+  CHECK(c[0] == a[0]);
+  CHECK(a[0]->owners.size() == 2);
+  f.reg.remove(1, b);
+  auto d = f.add(3, {{"main.0.weight", 5}});
+  CHECK(d[0]->wire == "grad.main.0.weight#2");  // free again
+}
+
+TEST_CASE("registry: one name for two tensors of one owner, and differing settings, fail",
+          "[unit]") {
+  Fixture f;
+  std::vector<ParamSpec> specs;
+  specs.push_back({"w", 1, std::make_unique<Scalar>()});
+  specs.push_back({"w", 2, std::make_unique<Scalar>()});
+  auto r = f.reg.add(0, "opt", std::move(specs), {}, {});
+  REQUIRE(!r.ok());
+  CHECK_THAT(r.status().message(), Contains("two different tensors") && Contains("'w'"));
+  auto a = f.add(1, {{"w", 1}});
+  ReduceSettings sum;
+  sum.op = hvd::ReduceOp::kSum;
+  std::vector<ParamSpec> again;
+  again.push_back({"w", 1, std::make_unique<Scalar>()});
+  auto s = f.reg.add(2, "other", std::move(again), sum, {});
+  REQUIRE(!s.ok());
+  CHECK_THAT(s.status().message(), Contains("must reduce it the same way") && Contains("op Sum") &&
+                                       Contains("op Average"));
+}
+
+TEST_CASE("registry: two passes before a step reduce each pass's increment once (Sum)", "[unit]") {
+  Fixture f;
+  ReduceSettings sum;
+  sum.op = hvd::ReduceOp::kSum;
+  auto e = f.add(0, {{"w", 1}}, sum)[0];
+  f.fe.others = 10;  // the other rank adds 10 in every reduction
+  f.pass(e, 1);      // reduced at once: 1 + 10
+  CHECK(f.fe.names.size() == 1);
+  f.pass(e, 2);  // the reduced 11 is set aside; 2 + 10 is reduced and 11 added back
+  REQUIRE(f.reg.synchronize(0, {e}).ok());
+  CHECK(Fixture::grad(e) == 23.f);
+  CHECK(f.fe.names.size() == 2);
+  f.reg.consume(0, {e});
+  // synchronize() again without a new pass: nothing new here, but the other ranks may have had a
+  // pass, so zeros are contributed under the same name and the gradient is kept.
+  f.fe.others = 0;
+  REQUIRE(f.reg.synchronize(0, {e}).ok());
+  CHECK(Fixture::grad(e) == 23.f);
+  CHECK(f.fe.names.size() == 3);
+}
+
+TEST_CASE("registry: a pending owner reuses the reduction; zero_grad() starts afresh", "[unit]") {
+  Fixture f;
+  auto a = f.add(0, {{"enc", 1}});
+  auto b = f.add(1, {{"enc", 1}});
+  f.fe.others = 3;
+  f.pass(a[0], 1);  // (1 + 3) / 2
+  REQUIRE(f.reg.synchronize(0, a).ok());
+  f.reg.consume(0, a);
+  REQUIRE(f.reg.synchronize(1, b).ok());  // pending for owner 1: no second reduction
+  CHECK(f.fe.names.size() == 1);
+  CHECK(Fixture::grad(b[0]) == 2.f);
+  f.reg.quiesce(a);
+  static_cast<Scalar&>(*a[0]->param).grad = 0.f;  // what zero_grad() then does
+  CHECK(a[0]->pending.empty());
+  f.pass(a[0], 5);  // zeroed: nothing to set aside; (5 + 3) / 2
+  REQUIRE(f.reg.synchronize(0, a).ok());
+  CHECK(Fixture::grad(a[0]) == 4.f);
+}
+
+TEST_CASE("registry: a group is submitted once every member is ready, with its name", "[unit]") {
+  Fixture f;
+  auto es = f.add(0, {{"x", 1}, {"y", 2}, {"z", 3}}, {}, {{0, 1}});
+  f.pass(es[0], 2);
+  CHECK(f.fe.names.empty());  // waits for y
+  f.pass(es[2], 2);
+  CHECK(f.fe.names == std::vector<std::string>{"grad.z"});
+  f.pass(es[1], 4);
+  CHECK(f.fe.names.back() == "grad.group.x+1");
+  REQUIRE(f.reg.synchronize(0, es).ok());
+  CHECK(Fixture::grad(es[0]) == 1.f);
+  CHECK(Fixture::grad(es[1]) == 2.f);
+  CHECK(f.fe.names.size() == 2);
+}
+
+TEST_CASE("registry: backward_passes_per_step accumulates locally first", "[unit]") {
+  Fixture f;
+  ReduceSettings s;
+  s.backward_passes_per_step = 2;
+  auto e = f.add(0, {{"w", 1}}, s)[0];
+  f.pass(e, 1);
+  CHECK(f.fe.names.empty());
+  f.pass(e, 3);
+  CHECK(f.fe.names.size() == 1);
+  REQUIRE(f.reg.synchronize(0, {e}).ok());
+  CHECK(Fixture::grad(e) == 2.f);  // (1 + 3 + 0) / 2
+}
+
+TEST_CASE("registry: the last owner's removal detaches the hooks", "[unit]") {
+  Fixture f;
+  auto a = f.add(0, {{"w", 1}});
+  auto b = f.add(1, {{"w", 1}});
+  Scalar* p = f.params.front();
+  f.reg.remove(0, a);
+  CHECK(p->attached);
+  f.reg.remove(1, b);
+  CHECK(!p->attached);
+  CHECK(!f.reg.has_live_name("w"));
+}
