@@ -44,6 +44,7 @@ void bind_lifecycle(pyb::module_& m) {
   m.def("mpi_threads_supported", &hvd::mpi_threads_supported);
   m.def("mpi_built", &hvd::mpi_built);
   m.def("nccl_built", &hvd::nccl_built);
+  m.def("nccl_version", &hvd::nccl_version);
   m.def("cuda_built", &hvd::cuda_built);
   m.def(
       "start_timeline",
@@ -106,10 +107,13 @@ void bind_process_sets(pyb::module_& m) {
 // The module's exception types (set once at import; references held for the process's life).
 PyObject* g_error = nullptr;
 PyObject* g_not_initialized = nullptr;
+PyObject* g_invalid_argument = nullptr;
 
 void set_error(const hvd::Error& e) {
   const bool uninit = e.code() == hvd::StatusCode::kPrecondition && !hvd::is_initialized();
-  PyErr_SetString(uninit ? g_not_initialized : g_error, e.what());
+  PyObject* type = uninit ? g_not_initialized : g_error;
+  if (e.code() == hvd::StatusCode::kInvalidArgument) type = g_invalid_argument;
+  PyErr_SetString(type, e.what());
 }
 
 }  // namespace
@@ -143,8 +147,19 @@ PYBIND11_MODULE(_core, m) {
     not_initialized = t;  // one reference, held for the life of the process
     m.add_object("NotInitializedError", not_initialized);
   }
+  // A call refused for its arguments (a duplicate in-flight name, a bad root, dtype or op): a
+  // HorovodInternalError that is also a ValueError, the type Horovod raises for them.
+  static pyb::handle invalid_argument;
+  {
+    pyb::tuple bases = pyb::make_tuple(error, pyb::handle(PyExc_ValueError));
+    PyObject* t = PyErr_NewException("hvd._core.InvalidArgumentError", bases.ptr(), nullptr);
+    if (!t) throw pyb::error_already_set();
+    invalid_argument = t;  // one reference, held for the life of the process
+    m.add_object("InvalidArgumentError", invalid_argument);
+  }
   g_error = error.ptr();
   g_not_initialized = not_initialized.ptr();
+  g_invalid_argument = invalid_argument.ptr();
   pyb::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

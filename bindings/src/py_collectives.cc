@@ -7,9 +7,11 @@
 
 #include <pybind11/stl.h>
 
+#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "hvd/hvd.h"
@@ -114,13 +116,34 @@ pyb::list wrap_all(std::vector<Handle> hs, const pyb::object& keep,
   return out;
 }
 
-/// `o` as a C integer; false with a Python error set when it is not one.
+/// `o` as a C integer of type T; false with a Python error set when it is not one or its
+/// value does not fit T (never truncated: 2**32 + 1 is not 1).
 template <typename T>
 bool int_arg(PyObject* o, T* out) {
   const long long v = PyLong_AsLongLong(o);
   if (v == -1 && PyErr_Occurred()) return false;
+  using L = std::numeric_limits<T>;
+  const bool fits = std::is_signed_v<T> ? v >= static_cast<long long>(L::min()) &&
+                                              v <= static_cast<long long>(L::max())
+                                        : v >= 0 && static_cast<unsigned long long>(v) <=
+                                                        static_cast<unsigned long long>(L::max());
+  if (!fits) {
+    PyErr_Format(PyExc_ValueError, "hvd: integer argument %lld is out of range [%lld, %llu]", v,
+                 static_cast<long long>(L::min()), static_cast<unsigned long long>(L::max()));
+    return false;
+  }
   *out = static_cast<T>(v);
   return true;
+}
+
+/// A reduce op code as the enum; a Python ValueError for any other value (the enum is 8 bits:
+/// an unchecked cast would turn 256 into Sum).
+ReduceOp reduce_op_arg(int op) {
+  if (op < 0 || op > static_cast<int>(ReduceOp::kProduct)) {
+    throw pyb::value_error("hvd: reduce op " + std::to_string(op) +
+                           " is not one of Sum, Average, Min, Max, Product (0-4)");
+  }
+  return static_cast<ReduceOp>(op);
 }
 
 /// A shape given as a tuple (torch.Size is one) or any other sequence of ints.
@@ -142,8 +165,8 @@ PyObject* submit_host(PyObject* keep, uintptr_t ptr, int dtype, Shape shape, con
   try {
     maybe_sweep();
     Handle h = allreduce_async(view(ptr, dtype, std::move(shape), -1, 0),
-                               std::string(name, static_cast<size_t>(name_len)),
-                               static_cast<ReduceOp>(op), pre, post, ProcessSet(ps));
+                               std::string(name, static_cast<size_t>(name_len)), reduce_op_arg(op),
+                               pre, post, ProcessSet(ps));
     return wrap(std::move(h), pyb::reinterpret_borrow<pyb::object>(keep)).release().ptr();
   } catch (...) {
     raise_python_error(std::current_exception());
@@ -349,49 +372,54 @@ void bind_reductions(pyb::module_& m) {
         TensorView in = view(ptr, dtype, std::move(shape), device, stream);
         Handle h;
         if (out_ptr == 0 || out_ptr == ptr) {
-          h = allreduce_async(in, name, static_cast<ReduceOp>(op), pre, post, ProcessSet(ps));
+          h = allreduce_async(in, name, reduce_op_arg(op), pre, post, ProcessSet(ps));
         } else {
           TensorView out = in;
           out.data = reinterpret_cast<void*>(out_ptr);
-          h = allreduce_async(in, out, name, static_cast<ReduceOp>(op), pre, post, ProcessSet(ps));
+          h = allreduce_async(in, out, name, reduce_op_arg(op), pre, post, ProcessSet(ps));
         }
         return wrap(std::move(h), std::move(keep));
       },
       pyb::arg("keep"), pyb::arg("ptr"), pyb::arg("dtype"), pyb::arg("shape"), pyb::arg("device"),
       pyb::arg("stream"), pyb::arg("out_ptr"), pyb::arg("name"), pyb::arg("op"),
       pyb::arg("prescale"), pyb::arg("postscale"), pyb::arg("process_set"));
-  m.def("grouped_allreduce_async",
-        [](pyb::object keep, const std::vector<Desc>& tensors, const std::string& name, int op,
-           double pre, double post, int32_t ps) {
-          maybe_sweep();
-          Handle h = grouped_allreduce_async(views(tensors), name, static_cast<ReduceOp>(op), pre,
-                                             post, ProcessSet(ps));
-          return wrap(std::move(h), std::move(keep));
-        });
+  m.def("grouped_allreduce_async", [](pyb::object keep, const std::vector<Desc>& tensors,
+                                      const std::string& name, int op, double pre, double post,
+                                      int32_t ps) {
+    maybe_sweep();
+    Handle h =
+        grouped_allreduce_async(views(tensors), name, reduce_op_arg(op), pre, post, ProcessSet(ps));
+    return wrap(std::move(h), std::move(keep));
+  });
   m.def("reducescatter_async", [](pyb::object keep, const Desc& d, const std::string& name, int op,
                                   double pre, double post, int32_t ps) {
     maybe_sweep();
     TensorView v = view(d);
     std::shared_ptr<void> extra;
     Allocator a = output_allocator(v, &extra);
-    Handle h =
-        reducescatter_async(v, name, static_cast<ReduceOp>(op), pre, post, ProcessSet(ps), a);
+    Handle h = reducescatter_async(v, name, reduce_op_arg(op), pre, post, ProcessSet(ps), a);
     return wrap(std::move(h), std::move(keep), std::move(extra));
   });
-  m.def("grouped_reducescatter_async",
-        [](pyb::object keep, const std::vector<Desc>& tensors, const std::string& name, int op,
-           double pre, double post, int32_t ps) {
-          maybe_sweep();
-          std::vector<TensorView> vs = views(tensors);
-          std::vector<std::shared_ptr<void>> extras(vs.size());
-          std::vector<Allocator> allocs = output_allocators(vs, &extras);
-          auto hs = grouped_reducescatter_async(vs, name, static_cast<ReduceOp>(op), pre, post,
-                                                ProcessSet(ps), allocs);
-          return wrap_all(std::move(hs), keep, std::move(extras));
-        });
+  m.def("grouped_reducescatter_async", [](pyb::object keep, const std::vector<Desc>& tensors,
+                                          const std::string& name, int op, double pre, double post,
+                                          int32_t ps) {
+    maybe_sweep();
+    std::vector<TensorView> vs = views(tensors);
+    std::vector<std::shared_ptr<void>> extras(vs.size());
+    std::vector<Allocator> allocs = output_allocators(vs, &extras);
+    auto hs =
+        grouped_reducescatter_async(vs, name, reduce_op_arg(op), pre, post, ProcessSet(ps), allocs);
+    return wrap_all(std::move(hs), keep, std::move(extras));
+  });
 }
 
 void bind_movement(pyb::module_& m) {
+  m.def(
+      "refuse_call",
+      [](const std::string& op, const std::string& name, int group_size, const std::string& reason,
+         int32_t ps) { hvd::detail::refuse_call(op, name, group_size, reason, ProcessSet(ps)); },
+      "refuse_call(op, name, group_size, reason, process_set): this rank's call of `op` fails "
+      "on every rank with `reason` (negotiated; see hvd::detail::refuse_call). Always raises.");
   m.def("broadcast_async",
         [](pyb::object keep, const Desc& d, int root, const std::string& name, int32_t ps) {
           maybe_sweep();

@@ -382,7 +382,16 @@ void Controller::coordinator_fail_groups(const std::vector<int>& joined,
       ++it;
       continue;
     }
-    const std::string error = group_size_error(g.op, it->first, g.sizes);  // every rank's size
+    std::string error = group_size_error(g.op, it->first, g.sizes);  // every rank's size
+    for (const auto& [name, p] : table_) {  // a member refused on its rank says why instead
+      if (p.group != it->first) continue;
+      for (const auto& q : p.per_rank) {
+        if (q && !q->refused.empty()) {
+          error = q->refused + " [refused on rank " + std::to_string(q->rank) +
+                  "; the call fails on every rank]";
+        }
+      }
+    }
     for (auto& m : g.members) {
       m.error = error;
       ready->push_back(std::move(m));

@@ -179,8 +179,11 @@ Handle Runtime::enqueue_with(const std::string& name,
     bad = internal_error("submitted to the wrong table (name '" + name + "', process set " +
                          std::to_string(parts_.process_set) + ")");
     negotiate_refusal = false;
+  } else if (!r.refused.empty()) {
+    bad = invalid_argument(r.refused);  // refused by the caller (the API or a binding)
   } else {
-    bad = validate_local(r, size_);
+    bad = global_root_to_set_rank(&r);
+    if (bad.ok()) bad = validate_local(r, size_);
   }
   if (bad.ok() && slot.input.device.kind == DeviceKind::kCuda) {
     if (!parts_.device_executor) {
@@ -206,6 +209,10 @@ Handle Runtime::enqueue_with(const std::string& name,
     refused_handle = std::move(slot.handle);
     slot.handle = new_handle_state();
     r.refused = bad.message();
+    // Nothing else of it is compared; what made it invalid (an enum out of range) must not
+    // make the request list unreadable on the wire.
+    r.reduce_op = ReduceOp::kSum;
+    r.dtype = DataType::kUInt8;
     slot.input = TensorView{};
     slot.output = TensorView{};
     slot.allocator = nullptr;
@@ -222,6 +229,23 @@ Handle Runtime::enqueue_with(const std::string& name,
     refused_handle->complete(bad);
   }
   return h;
+}
+
+Status Runtime::global_root_to_set_rank(Request* r) const {
+  // A broadcast's root is a global rank (as in Horovod and torch.distributed); the set's
+  // negotiation and executors use the rank within the set.
+  if (r->op != OpType::kBroadcast || global_ranks_.empty()) return Status::OK();
+  auto it = std::find(global_ranks_.begin(), global_ranks_.end(), r->root);
+  if (it == global_ranks_.end()) {
+    return invalid_argument(
+        describe(r->op, r->name) + ": root rank " + std::to_string(r->root) +
+        " is not a member of process set " + std::to_string(parts_.process_set) +
+        " (global ranks " +
+        rank_ranges(std::vector<int>(global_ranks_.begin(), global_ranks_.end())) +
+        "); root_rank is a global rank");
+  }
+  r->root = static_cast<int32_t>(it - global_ranks_.begin());
+  return Status::OK();
 }
 
 void Runtime::retire(TensorEntry* e) {

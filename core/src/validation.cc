@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -30,10 +32,15 @@ std::string ranks_word(const std::vector<int>& r) {
   return (r.size() == 1 ? "rank " : "ranks ") + rank_ranges(r);
 }
 
+// The shortest form that reads back as `d` exactly, so that two factors that differ in any
+// bit print (and compare) differently: 1 and 1.000000001, never both "1".
 std::string fmt_double(double d) {
-  std::ostringstream o;
-  o << d;
-  return o.str();
+  char buf[40];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, d);
+    if (std::strtod(buf, nullptr) == d) break;
+  }
+  return buf;
 }
 
 // Groups ranks by the string form of one field; returns an error message or "".
@@ -165,12 +172,15 @@ std::string group_size_error(OpType op, const std::string& group,
   return msg;
 }
 
+constexpr int kMaxReduceOp = static_cast<int>(ReduceOp::kProduct);
+
 Status validate_local(const Request& r, int set_size) {
   // Cheap checks first: this runs for every submitted tensor, so the message is built only
   // when something is wrong.
   const bool reduce = r.op == OpType::kAllreduce || r.op == OpType::kReducescatter;
   bool suspicious = (r.op == OpType::kBroadcast && (r.root < 0 || r.root >= set_size)) ||
                     (reduce && (r.dtype == DataType::kBool || !std::isfinite(r.prescale) ||
+                                static_cast<unsigned>(r.reduce_op) > kMaxReduceOp ||
                                 !std::isfinite(r.postscale) ||
                                 (r.op == OpType::kReducescatter && r.reduce_op != ReduceOp::kSum &&
                                  r.reduce_op != ReduceOp::kAverage))) ||
@@ -185,6 +195,10 @@ Status validate_local(const Request& r, int set_size) {
                             " ranks: 0-" + std::to_string(set_size - 1) + ")");
   }
   if (r.op == OpType::kAllreduce || r.op == OpType::kReducescatter) {
+    if (static_cast<int>(r.reduce_op) > kMaxReduceOp) {
+      return invalid_argument(who + ": reduce op " + std::to_string(static_cast<int>(r.reduce_op)) +
+                              " is not one of Sum, Average, Min, Max, Product (0-4)");
+    }
     if (r.dtype == DataType::kBool) {
       return invalid_argument(who + ": dtype bool cannot be reduced (use uint8)");
     }

@@ -309,12 +309,16 @@ std::string group_name(OpType op, const std::string& name, int32_t process_set) 
   return core::internal_name("group." + next_noname(op, process_set));
 }
 
+void refuse_if_bad(core::TensorEntry* e, const Status& s) {
+  if (!s.ok() && e->request.refused.empty()) e->request.refused = s.message();
+}
+
 std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntry> entries,
                                  const std::string& group) {
   for (auto& e : entries) {
     e.request.group = group;
     e.request.group_size = static_cast<int32_t>(entries.size());
-    throw_if_error(check_view(e.request, e.input, "input"));
+    refuse_if_bad(&e, check_view(e.request, e.input, "input"));
   }
   // Every member goes to the runtime, also after one is refused (bad input on this rank): the
   // refusal is negotiated and fails the group on every rank (see core::Request::refused),
@@ -326,10 +330,45 @@ std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntr
 }
 
 Handle submit(core::Runtime& rt, core::TensorEntry e) {
-  // validate_local runs once, in the runtime's enqueue (its refusal is thrown below).
-  throw_if_error(check_view(e.request, e.input, "input"));
-  throw_if_error(check_view(e.request, e.output, "output"));
+  // validate_local runs once, in the runtime's enqueue; this rank's mistakes are negotiated
+  // refusals (every rank's call fails, none waits for this one), thrown below.
+  refuse_if_bad(&e, check_view(e.request, e.input, "input"));
+  refuse_if_bad(&e, check_view(e.request, e.output, "output"));
   return throw_if_refused(rt.enqueue(std::move(e)));
+}
+
+void refuse_call(const std::string& op_word, const std::string& name, int group_size,
+                 const std::string& reason, const ProcessSet& ps) {
+  OpType op = OpType::kAllreduce;
+  bool known = false;
+  for (OpType o : {OpType::kAllreduce, OpType::kBroadcast, OpType::kAllgather, OpType::kAlltoall,
+                   OpType::kReducescatter}) {
+    if (op_word == core::op_name(o)) {
+      op = o;
+      known = true;
+    }
+  }
+  if (!known) throw Error(invalid_argument("refuse_call: unknown collective '" + op_word + "'"));
+  auto rt = set_runtime(core::op_name(op), name, ps);
+  TensorView none(nullptr, DataType::kUInt8, {0});
+  auto entry = [&](const std::string& n) {
+    core::TensorEntry e;
+    e.request = make_request(op, n, none, *rt);
+    e.request.refused = core::describe(op, n) + ": " + reason;
+    e.input = e.output = none;
+    return e;
+  };
+  if (group_size <= 0) {
+    submit(*rt, entry(auto_name(op, name, ps.id())));
+  } else {
+    const std::string group = group_name(op, name, ps.id());
+    std::vector<core::TensorEntry> entries;
+    for (int i = 0; i < group_size; ++i) {
+      entries.push_back(entry(core::member_name(group, static_cast<size_t>(i))));
+    }
+    submit_group(*rt, std::move(entries), group);
+  }
+  throw Error(invalid_argument(core::describe(op, name) + ": " + reason));  // not reached
 }
 
 Handle throw_if_refused(Handle h) {
@@ -419,23 +458,27 @@ Handle allreduce_async(const TensorView& input, const TensorView& output, const 
   std::string generated;  // the hot path copies `name` only into the table entry
   if (name.empty()) generated = auto_name(OpType::kAllreduce, name, ps.id());
   const std::string& n = name.empty() ? generated : name;
+  // This rank's mistakes are negotiated refusals: every rank's call fails (see submit()).
+  Status bad;
   if (output.dtype != input.dtype || output.numel() != input.numel()) {
-    throw Error(invalid_argument("allreduce '" + n + "': output " + dtype_name(output.dtype) +
-                                 shape_str(output.shape) + " does not match input " +
-                                 dtype_name(input.dtype) + shape_str(input.shape)));
+    bad = invalid_argument("allreduce '" + n + "': output " + dtype_name(output.dtype) +
+                           shape_str(output.shape) + " does not match input " +
+                           dtype_name(input.dtype) + shape_str(input.shape));
   }
-  throw_if_error(detail::check_view(OpType::kAllreduce, n, input, "input"));
-  throw_if_error(detail::check_view(OpType::kAllreduce, n, output, "output"));
+  if (bad.ok()) bad = detail::check_view(OpType::kAllreduce, n, input, "input");
+  if (bad.ok()) bad = detail::check_view(OpType::kAllreduce, n, output, "output");
   // In place in the table slot of `n` (no entry to move); validated once, by the runtime.
   core::Runtime& r = *rt;
   return detail::throw_if_refused(r.enqueue_with(n, [&](core::TensorEntry* e) {
     detail::fill_allreduce(e, r, input, output, n, op, prescale_factor, postscale_factor);
+    if (!bad.ok()) e->request.refused = bad.message();
   }));
 }
 
 Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std::string& name,
                                ReduceOp op, double prescale_factor, double postscale_factor,
                                const ProcessSet& ps) {
+  if (tensors.empty()) detail::refuse_call("allreduce", name, 1, "an empty list of tensors", ps);
   auto rt = set_runtime("grouped_allreduce_async", name, ps);
   const std::string group = detail::group_name(OpType::kAllreduce, name, ps.id());
   std::vector<core::TensorEntry> entries;

@@ -58,6 +58,7 @@ Handle allgather_async(const TensorView& tensor, const std::string& name, const 
 std::vector<Handle> grouped_allgather_async(const std::vector<TensorView>& tensors,
                                             const std::string& name, const ProcessSet& ps,
                                             const std::vector<Allocator>& allocators) {
+  if (tensors.empty()) detail::refuse_call("allgather", name, 1, "an empty list of tensors", ps);
   auto rt = set_runtime("grouped_allgather_async", name, ps);
   const std::string group = detail::group_name(OpType::kAllgather, name, ps.id());
   std::vector<core::TensorEntry> entries;
@@ -92,6 +93,8 @@ std::vector<Handle> grouped_reducescatter_async(const std::vector<TensorView>& t
                                                 double prescale_factor, double postscale_factor,
                                                 const ProcessSet& ps,
                                                 const std::vector<Allocator>& allocators) {
+  if (tensors.empty())
+    detail::refuse_call("reducescatter", name, 1, "an empty list of tensors", ps);
   auto rt = set_runtime("grouped_reducescatter_async", name, ps);
   const std::string group = detail::group_name(OpType::kReducescatter, name, ps.id());
   std::vector<core::TensorEntry> entries;

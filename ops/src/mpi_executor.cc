@@ -68,9 +68,8 @@ Status MpiExecutor::reduce_buffer(void* data, int64_t count, MPI_Datatype type, 
 
 Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>& entries) {
   const DataType dt = r.dtype;
-  // Average divides by the ranks that contributed data: joined ranks only add zeros.
-  const int contributors = size_ - static_cast<int>(r.joined.size());
-  const double post = r.postscale / (r.reduce_op == ReduceOp::kAverage ? contributors : 1);
+  // Average divides by the set size, as Horovod: joined ranks contribute zeros.
+  const double post = r.postscale / (r.reduce_op == ReduceOp::kAverage ? size_ : 1);
   const MPI_Op op = mpi_op(r.reduce_op);
 
   if (reduced_as_float(dt)) {

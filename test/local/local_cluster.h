@@ -253,8 +253,8 @@ class TestExecutor : public core::Executor {
     std::vector<std::vector<uint8_t>> all;
     HVD_RETURN_IF_ERROR(hub_->exchange(rank_, mine, &all));
     std::vector<T> acc;
-    // Average divides by the ranks that contributed data: joined ranks only add zeros.
-    HVD_RETURN_IF_ERROR(reduce_all<T>(r, all, mine.size(), all.size() - r.joined.size(), &acc));
+    // Average divides by the set size, as Horovod: joined ranks contribute zeros.
+    HVD_RETURN_IF_ERROR(reduce_all<T>(r, all, mine.size(), all.size(), &acc));
     size_t off = 0;
     for (size_t i = 0; i < es.size(); ++i) {
       std::memcpy(es[i]->output.data, acc.data() + off, es[i]->output.bytes());

@@ -60,9 +60,9 @@ TEST_CASE("two disjoint process sets run different collectives at the same time"
         REQUIRE(p[2 * i] == static_cast<float>(odds()[static_cast<size_t>(i)]));
     }
   }
-  // Broadcast roots are ranks within the set: root 0 of B is global rank 1.
+  // Broadcast roots are global ranks (as in Horovod): B's first member is global rank 1.
   std::vector<int64_t> bc(2, r);
-  hvd::broadcast(hvd::TensorView(bc.data(), DataType::kInt64, {2}), 0, "ps.bc", mine);
+  hvd::broadcast(hvd::TensorView(bc.data(), DataType::kInt64, {2}), in_a ? 0 : 1, "ps.bc", mine);
   REQUIRE(bc[0] == (in_a ? 0 : 1));
 
   // One set stalls (its rank 1 has not submitted) while the other set and the global set work.
@@ -113,6 +113,46 @@ TEST_CASE("two disjoint process sets run different collectives at the same time"
                    1.0, 1.0, a);
   });
   REQUIRE_THAT(err, Contains("there is no process set " + std::to_string(a.id())));
+}
+
+TEST_CASE("a broadcast on a process set takes its root as a global rank", "[mpi][multirank]") {
+  // The set of every rank but 0: at np 4 ranks 1-3, whose last member is global rank 3 (set
+  // rank 2); at np 2 rank 1 alone (global root 1, set rank 0).
+  const int r = hvd::rank(), n = hvd::size();
+  REQUIRE(n >= 2);
+  std::vector<int> members;
+  for (int i = 1; i < n; ++i) members.push_back(i);
+  hvd::ProcessSet ps = hvd::add_process_set(members);
+  if (ps.included()) {
+    for (int root : {1, n - 1}) {
+      std::vector<int32_t> v(3, r * 10);
+      hvd::broadcast(hvd::TensorView(v.data(), DataType::kInt32, {3}), root, "ps.groot", ps);
+      for (int32_t x : v) REQUIRE(x == root * 10);
+    }
+    // A root outside the set (global rank 0) fails on every member, naming it.
+    std::vector<int32_t> v(3, r);
+    const std::string err = hvd_test::error_of(
+        [&] { hvd::broadcast(hvd::TensorView(v.data(), DataType::kInt32, {3}), 0, "ps.out", ps); });
+    CHECK_THAT(err, Contains("root rank 0 is not a member of process set"));
+    CHECK_THAT(err, Contains("'ps.out'"));
+    // A root outside the set on one member only (the last): every member fails, naming it.
+    if (ps.size() > 1) {
+      const int bad_root = r == n - 1 ? 0 : 1;
+      const std::string e2 = hvd_test::error_of([&] {
+        hvd::broadcast(hvd::TensorView(v.data(), DataType::kInt32, {3}), bad_root, "ps.out1", ps);
+      });
+      CHECK_THAT(e2, Contains("root rank 0 is not a member"));
+      if (r != n - 1) {
+        CHECK_THAT(e2, Contains("refused on rank " + std::to_string(ps.size() - 1)));
+      }
+    }
+    std::vector<int32_t> after(1, 1);
+    hvd::allreduce(hvd::TensorView(after.data(), DataType::kInt32, {1}), "ps.groot.after",
+                   ReduceOp::kSum, 1.0, 1.0, ps);
+    REQUIRE(after[0] == ps.size());
+  }
+  hvd::barrier();
+  hvd::remove_process_set(ps);
 }
 
 TEST_CASE("invalid or differing process set rank lists fail on every rank", "[mpi]") {

@@ -280,11 +280,13 @@ def test_grouped_allreduce_mixes_dtypes():
     assert_values(ob, ar_expected(torch.int16, hvd.Sum, (3,)), torch.int16)
 
 
-def test_grouped_collectives_of_an_empty_list_return_an_empty_list():
-    assert hvd.grouped_allreduce([]) == []
-    assert hvd.grouped_allreduce_([]) == []
-    assert hvd.grouped_allgather([]) == []
-    assert hvd.grouped_reducescatter([]) == []
+def test_grouped_collectives_of_an_empty_list_fail_on_every_rank():
+    # As Horovod (which raises for an empty list); negotiated, so one rank's empty list fails
+    # the other ranks' calls too (test_one_rank_mistakes.py).
+    for call in (hvd.grouped_allreduce, hvd.grouped_allreduce_, hvd.grouped_allgather,
+                 hvd.grouped_reducescatter):
+        with pytest.raises(ValueError, match="an empty list of tensors"):
+            call([])
     assert_values(hvd.allreduce(torch.ones(1), op=hvd.Sum), [N], torch.float32)
 
 
@@ -584,9 +586,9 @@ def test_join_lets_a_finished_rank_take_part_with_nothing_and_returns_the_last_r
     if R == 0:
         last = hvd.join()
     else:
-        # Average divides by the ranks that contributed (rank 0 joined).
+        # Average divides by size() (as Horovod): rank 0 joined and contributed zeros.
         avg = hvd.allreduce(torch.full((3,), float(R)), name="join.avg")
-        assert_values(avg, [sum(range(1, N)) / (N - 1)] * 3, torch.float32)
+        assert_values(avg, [sum(range(1, N)) / N] * 3, torch.float32)
         tot = hvd.allreduce(torch.full((2,), R, dtype=torch.int32), op=hvd.Sum, name="join.sum")
         assert_values(tot, [sum(range(1, N))] * 2, torch.int32)
         g = hvd.grouped_allreduce([torch.ones(2) * R, torch.ones(1) * R], op=hvd.Sum,
@@ -630,8 +632,8 @@ def test_collectives_on_process_sets_involve_only_their_members():
                       [sum(q + 1 for q in members) / len(members)] * 2, torch.float32)
         g = hvd.allgather(torch.full((1,), float(R)), process_set=mine)
         assert_values(g, members, torch.float32)
-        # Roots are ranks within the set.
-        b = hvd.broadcast(torch.full((1,), float(R)), len(members) - 1, process_set=mine)
+        # Roots are global ranks (as in Horovod).
+        b = hvd.broadcast(torch.full((1,), float(R)), members[-1], process_set=mine)
         assert_values(b, [members[-1]], torch.float32)
         xs = torch.tensor([R * 10 + j for j in range(len(members))], dtype=torch.int64)
         out = hvd.alltoall(xs, process_set=mine)

@@ -114,6 +114,19 @@ TEST_CASE("prescale and postscale mismatches name both factors", "[unit]") {
           "allreduce 'layer1.weight': postscale factor 0.25 on rank 0 but 1 on rank 1");
 }
 
+TEST_CASE("scale factors are compared exactly and printed with the digits that differ", "[unit]") {
+  auto pre = ranks_with(2, {1}, [](Request& r) { r.prescale = 1.0 + 1e-9; });
+  REQUIRE(build_response(pre).error ==
+          "allreduce 'layer1.weight': prescale factor 1 on rank 0 but 1.000000001 on rank 1");
+  auto post = ranks_with(3, {2}, [](Request& r) { r.postscale = std::nextafter(1.0, 2.0); });
+  REQUIRE(build_response(post).error ==
+          "allreduce 'layer1.weight': postscale factor 1 on ranks 0-1 but 1.0000000000000002 on "
+          "rank 2");
+  auto same = ranks_with(2, {1}, [](Request& r) { r.prescale = 0.1; });
+  for (auto& r : same) r.prescale = 0.1;
+  REQUIRE_FALSE(build_response(same).is_error());
+}
+
 TEST_CASE("a device kind mismatch names cpu and cuda", "[unit]") {
   auto v = ranks_with(3, {1, 2}, [](Request& r) { r.device = Device::cuda(0); });
   REQUIRE(build_response(v).error ==

@@ -76,6 +76,9 @@ bool mpi_threads_supported();
 
 bool mpi_built();
 bool nccl_built();
+/// The NCCL version this build was compiled against as NCCL_VERSION_CODE (e.g. 22809 for
+/// 2.28.9, as Horovod's nccl_built() returns); 0 when built without NCCL.
+int nccl_version();
 bool cuda_built();
 bool torch_built();
 
@@ -95,7 +98,8 @@ Handle allreduce_async(const TensorView& input, const TensorView& output, const 
 Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std::string& name = "",
                                ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
                                double postscale_factor = 1.0, const ProcessSet& process_set = {});
-/// In place: every rank ends with root_rank's values (root_rank within the set).
+/// In place: every rank ends with root_rank's values. root_rank is a global rank (as in
+/// Horovod), a member of `process_set`; a root outside the set fails on every member.
 Handle broadcast_async(const TensorView& tensor, int root_rank, const std::string& name = "",
                        const ProcessSet& process_set = {});
 
@@ -156,8 +160,8 @@ void barrier(const ProcessSet& process_set = {});
 /// Declares that this rank has no more work for now (e.g. it ran out of batches) and blocks
 /// until every rank of the set has called join(); returns the last rank to join (of those
 /// joining in the same negotiation round, the highest). Meanwhile this rank takes part in the
-/// other ranks' allreduces (contributing zeros; Average divides by the number of ranks that
-/// contributed data, not the set size), allgathers (contributing no rows) and broadcasts (not
+/// other ranks' allreduces (contributing zeros; Average divides by the set size, as in
+/// Horovod), allgathers (contributing no rows) and broadcasts (not
 /// as root), so they never hang. An alltoall, reducescatter or a broadcast rooted at a joined
 /// rank fails on the other ranks with an error naming the joined ranks.
 int join(const ProcessSet& process_set = {});
@@ -195,5 +199,16 @@ bool poll(const Handle& h);
 void wait(const Handle& h);
 /// Same as wait() (Horovod's name).
 void synchronize(const Handle& h);
+
+namespace detail {
+/// For language bindings: this rank refuses a call before it could describe its tensors (an
+/// unsupported dtype or device, an invalid op, an empty group, an argument out of range). The
+/// refusal takes the call's place in negotiation (`op`: "allreduce", "broadcast", "allgather",
+/// "alltoall" or "reducescatter"; `name`, or the automatic name the call would have taken;
+/// `group_size` members of a grouped call, 0 when not grouped), so that every rank's call of it
+/// fails with `reason` instead of waiting for this rank. Always throws hvd::Error (the refusal).
+[[noreturn]] void refuse_call(const std::string& op, const std::string& name, int group_size,
+                              const std::string& reason, const ProcessSet& ps = {});
+}  // namespace detail
 
 }  // namespace hvd

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device wiring for builds with NCCL: the NCCL executor when a CUDA device is usable.
+#include <nccl.h>
+
 #include "hvd/core/logging.h"
+#include "hvd/hvd.h"
 #include "hvd/ops/device.h"
 #include "hvd/ops/nccl/check.h"
 #include "hvd/ops/nccl/nccl_executor.h"
@@ -26,3 +29,7 @@ void add_device_executor(core::RuntimeParts* parts, MPI_Comm data, const core::C
 }
 
 }  // namespace hvd::ops
+
+namespace hvd {
+int nccl_version() { return NCCL_VERSION_CODE; }
+}  // namespace hvd

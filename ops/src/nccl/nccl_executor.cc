@@ -155,14 +155,13 @@ Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
   if (!nccl_type(r.dtype, &type)) return unsupported_dtype(r);
   const size_t esize = dtype_size(r.dtype);
   const bool hier = opts_.hierarchical_allreduce && d->hier_ok;
-  const int contributors = size_ - static_cast<int>(r.joined.size());
   ncclRedOp_t op = nccl_base_op(r.reduce_op);
   double post = r.postscale;
-  if (r.reduce_op == ReduceOp::kAverage) {
-    if (dtype_is_floating(r.dtype) && r.joined.empty() && !hier) {
+  if (r.reduce_op == ReduceOp::kAverage) {  // divided by the set size, joined ranks included
+    if (dtype_is_floating(r.dtype) && !hier) {
       op = ncclAvg;
     } else {
-      post /= contributors;
+      post /= size_;
     }
   }
   const Scale pre = make_scale(r.dtype, r.prescale), out_scale = make_scale(r.dtype, post);

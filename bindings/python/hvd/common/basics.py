@@ -235,8 +235,9 @@ def gloo_built():
 
 
 def nccl_built():
-    """Horovod returns the NCCL version code when built with NCCL (truthy), else 0."""
-    return 1 if _core.nccl_built() else 0
+    """The NCCL version code this build was compiled against (e.g. 22809 for 2.28.9), as
+    Horovod returns; 0 when built without NCCL."""
+    return _core.nccl_version()
 
 
 def ddl_built():

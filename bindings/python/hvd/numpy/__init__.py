@@ -224,13 +224,11 @@ def grouped_allgather_async(arrays, name=None, process_set=global_process_set):
 
 def grouped_allgather(arrays, name=None, process_set=global_process_set):
     """Allgathers negotiated together; returns the list of outputs."""
-    if not arrays:
-        return []
     return synchronize(grouped_allgather_async(arrays, name, process_set))
 
 
 def broadcast_async_(array, root_rank, name=None, process_set=global_process_set):
-    """In-place asynchronous broadcast from `root_rank` (a rank within the set)."""
+    """In-place asynchronous broadcast from `root_rank` (a global rank, a member of the set)."""
     buf, target = _inplace(array, "broadcast_async_")
     h = _core.broadcast_async(buf, _desc(buf), root_rank, name or "", _set_id(process_set))
     return _write_back(h, buf, target)
@@ -305,8 +303,6 @@ def grouped_reducescatter_async(arrays, name=None, op=Average, process_set=globa
 def grouped_reducescatter(arrays, name=None, op=Average, process_set=global_process_set,
                           prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatters negotiated together; returns the list of slices."""
-    if not arrays:
-        return []
     return synchronize(grouped_reducescatter_async(arrays, name, op, process_set,
                                                    prescale_factor, postscale_factor))
 

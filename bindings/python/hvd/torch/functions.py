@@ -2,7 +2,7 @@
 """Broadcasting model and optimizer state, and Python objects (horovod.torch.functions, 0.28).
 
 Every function here is collective over the ranks of `process_set`: all of them must call it,
-in the same order, with the same `root_rank` (a rank within the set) and `name`.
+in the same order, with the same `root_rank` (a global rank, a member of the set, as in Horovod) and `name`.
 """
 import io
 import pickle
@@ -52,24 +52,21 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
             mpi_ops.synchronize(h)
 
 
-def _rank_in(process_set):
-    return mpi_ops._set_rank(process_set)
-
-
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns root_rank's `obj` on every rank (pickled, sent as bytes; other ranks' `obj` is
     ignored). `name` distinguishes concurrent calls; the default is the same on every rank."""
     name = name or "broadcast_object"
-    if _rank_in(process_set) == root_rank:
+    me = mpi_ops._core.rank()  # root_rank is a global rank, also on a process set
+    if me == root_rank:
         payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
         size = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
         size = torch.zeros(1, dtype=torch.int64)
     mpi_ops.broadcast_(size, root_rank, name=name + ".sz", process_set=process_set)
-    if _rank_in(process_set) != root_rank:
+    if me != root_rank:
         payload = torch.empty(int(size[0]), dtype=torch.uint8)
     mpi_ops.broadcast_(payload, root_rank, name=name + ".t", process_set=process_set)
-    if _rank_in(process_set) == root_rank:
+    if me == root_rank:
         return obj
     return _loads(payload)
 
@@ -127,7 +124,7 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     optimizer and for DistributedOptimizer. Raises ValueError on every rank when the ranks'
     optimizers do not hold the same number and shapes of parameters or param groups."""
     params = [p for g in optimizer.param_groups for p in g["params"]]
-    me = _rank_in(process_set)
+    me = mpi_ops._core.rank()  # root_rank is a global rank, also on a process set
     desc = broadcast_object(_describe_state(optimizer, params) if me == root_rank else None,
                             root_rank, name="optimizer_state.desc", process_set=process_set)
     problem = None

@@ -8,6 +8,10 @@ Outputs whose size negotiation decides (allgather, alltoall, reducescatter) are 
 handed to torch through DLPack without a copy.
 """
 
+import functools
+import inspect
+import threading
+
 import torch
 from torch.utils.dlpack import from_dlpack
 
@@ -44,6 +48,75 @@ def _desc(t):
     return (t.data_ptr(), _code(t), t.shape, t.device.index, stream)
 
 
+def _tensor(t, fn):
+    """`t` when hvd can send it; a clear error for what it cannot (before any attribute of a
+    non-tensor or a sparse tensor is touched)."""
+    if not isinstance(t, torch.Tensor):
+        hint = f" (for a {type(t).__name__} of tensors use grouped_{fn})" \
+            if isinstance(t, (list, tuple)) else ""
+        raise TypeError(f"hvd {fn}: expected a torch.Tensor, got {type(t).__name__}{hint}")
+    if t.layout != torch.strided:
+        raise ValueError(f"hvd {fn}: {t.layout} tensors are not supported here (dense, strided "
+                         "tensors only); use sparse_allreduce_async for sparse gradients or "
+                         "convert with .to_dense()")
+    return t
+
+
+# A mistake this rank makes before its call reaches hvd's core (an unsupported dtype or device,
+# a sparse tensor, an invalid op, Adasum, a non-tensor, an argument out of range) would leave
+# the other ranks waiting for it. The call is refused through negotiation instead (every rank's
+# call of it fails at once, naming this rank), then the mistake is raised here as it was.
+_MISTAKES = (ValueError, TypeError, NotImplementedError, AttributeError, RuntimeError,
+             OverflowError)
+
+
+_calls = threading.local()  # .n: calls that returned on this thread (one submitted or more)
+
+
+def _refusing(op, grouped=False):
+    def deco(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            before = getattr(_calls, "n", 0)
+            try:
+                out = fn(*args, **kwargs)
+            except _MISTAKES as e:
+                # Only before anything was submitted (a wrapper failing after its inner call
+                # submitted must not refuse a second call), and not the core's own refusals.
+                if (not isinstance(e, HorovodInternalError) and getattr(_calls, "n", 0) == before
+                        and not getattr(e, "_hvd_refused", False)):
+                    _refuse(op, grouped, sig, args, kwargs, e)
+                raise
+            _calls.n = getattr(_calls, "n", 0) + 1
+            return out
+        return call
+    return deco
+
+
+def _refuse(op, grouped, sig, args, kwargs, err):
+    err._hvd_refused = True
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError:
+        return  # not even a call of `op`: nothing the other ranks could pair it with
+    a = bound.arguments
+    size = 0
+    if grouped:
+        try:
+            size = max(len(a.get("tensors")), 1)
+        except TypeError:
+            size = 1
+    try:
+        _core.refuse_call(op, a.get("name") or "", size, f"{type(err).__name__}: {err}",
+                          _set_id(a.get("process_set", global_process_set)))
+    except HorovodInternalError:
+        pass  # the refusal itself, raised on this rank as `err` instead
+    except Exception:  # noqa: BLE001 - no set, not initialised: `err` says enough
+        pass
+
+
 # Shared with hvd.numpy / hvd.torch (hvd.common.handles).
 _op = reduce_op
 _Finish = Finish
@@ -62,9 +135,11 @@ _PLAIN_OPS = frozenset((Sum, Average, Min, Max, Product))
 _allreduce_host = _core.allreduce_host
 
 
+@_refusing("allreduce")
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """In-place asynchronous allreduce; synchronize(handle) returns `tensor`."""
+    _tensor(tensor, "allreduce_async_")
     if average is not None or op not in _PLAIN_OPS:
         op = _op(average, op, "allreduce_async_")
     ps = 0 if process_set is global_process_set else _set_id(process_set)
@@ -91,11 +166,12 @@ _allreduce_async_py = allreduce_async_
 allreduce_async_ = _core.fast_allreduce_(_allreduce_async_py, _DTYPES, global_process_set)
 
 
+@_refusing("allreduce")
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Asynchronous allreduce into a new tensor; synchronize(handle) returns it."""
     op = _op(average, op, "allreduce_async")
-    src = tensor.contiguous()
+    src = _tensor(tensor, "allreduce_async").contiguous()
     out = torch.empty_like(src, memory_format=torch.contiguous_format)
     d = _desc(src)
     h = _core.allreduce_async((src, out), d[0], d[1], d[2], d[3], d[4], out.data_ptr(),
@@ -119,15 +195,17 @@ class _Allreduce(torch.autograd.Function):
                          process_set=ps), None, None, None, None, None
 
 
+@_refusing("allreduce")
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Allreduce into a new tensor (differentiable: the gradient is allreduced the same way)."""
     op = _op(average, op, "allreduce")
-    wire, cctx = compression.compress(tensor)
+    wire, cctx = compression.compress(_tensor(tensor, "allreduce"))
     out = _Allreduce.apply(wire, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(out, cctx)
 
 
+@_refusing("allreduce")
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """In-place allreduce; returns `tensor`."""
@@ -144,11 +222,12 @@ def _grouped_allreduce(tensors, outs, name, op, pre, post, process_set):
                                          pre, post, _set_id(process_set))
 
 
+@_refusing("allreduce", grouped=True)
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     """In-place grouped allreduce: all tensors negotiated and reduced together."""
     op = _op(average, op, "grouped_allreduce_async_")
-    tensors = list(tensors)
+    tensors = [_tensor(t, "grouped_allreduce_async_") for t in tensors]
     bufs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     h = _grouped_allreduce(bufs, None, name, op, prescale_factor, postscale_factor, process_set)
     if all(b is t for b, t in zip(bufs, tensors)):
@@ -165,11 +244,12 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return h
 
 
+@_refusing("allreduce", grouped=True)
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Grouped allreduce into new tensors; synchronize(handle) returns the list."""
     op = _op(average, op, "grouped_allreduce_async")
-    outs = [t.clone(memory_format=torch.contiguous_format) for t in tensors]
+    outs = [_tensor(t, "grouped_allreduce_async").clone(memory_format=torch.contiguous_format) for t in tensors]
     h = _grouped_allreduce(outs, None, name, op, prescale_factor, postscale_factor, process_set)
     h.ctx = outs
     return h
@@ -190,16 +270,18 @@ class _GroupedAllreduce(torch.autograd.Function):
         return (None, None, None, None, None) + tuple(red)
 
 
+@_refusing("allreduce", grouped=True)
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Grouped allreduce into new tensors (differentiable); returns the list."""
     op = _op(average, op, "grouped_allreduce")
-    pairs = [compression.compress(t) for t in tensors]
+    pairs = [compression.compress(_tensor(t, "grouped_allreduce")) for t in tensors]
     outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
                                    *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
+@_refusing("allreduce", grouped=True)
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
     """In-place grouped allreduce; returns the list."""
@@ -280,9 +362,10 @@ def _sized(h, like):
     return h
 
 
+@_refusing("allgather")
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Asynchronous allgather along dim 0 (sizes may differ per rank)."""
-    src = tensor.contiguous()
+    src = _tensor(tensor, "allgather_async").contiguous()
     return _sized(_core.allgather_async(src, _desc(src), name or "", _set_id(process_set)), src)
 
 
@@ -309,14 +392,16 @@ def _rows(tensors):
     return [t.shape[0] if t.dim() else 1 for t in tensors]
 
 
+@_refusing("allgather")
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenation of every rank's tensor along dim 0, in rank order (differentiable)."""
-    return _Allgather.apply(tensor, name, process_set)
+    return _Allgather.apply(_tensor(tensor, "allgather"), name, process_set)
 
 
+@_refusing("allgather", grouped=True)
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Allgathers negotiated together; synchronize(handle) returns the list of outputs."""
-    srcs = [t.contiguous() for t in tensors]
+    srcs = [_tensor(t, "grouped_allgather_async").contiguous() for t in tensors]
     hs = _core.grouped_allgather_async(tuple(srcs), [_desc(t) for t in srcs], name or "",
                                        _set_id(process_set))
     return _group_handle(hs, srcs)
@@ -356,16 +441,18 @@ class _GroupedAllgather(torch.autograd.Function):
                                     for g, o, n in zip(reduced, offsets, ctx.rows))
 
 
+@_refusing("allgather", grouped=True)
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers negotiated together (differentiable); returns the list of outputs."""
-    if not tensors:
-        return []
+    if not tensors:  # refused on every rank, as the async form does
+        return synchronize(grouped_allgather_async(tensors, name, process_set))
     return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
+@_refusing("broadcast")
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    """In-place asynchronous broadcast from `root_rank` (a rank within the set)."""
-    buf, back = _contiguous_inplace(tensor)
+    """In-place asynchronous broadcast from `root_rank` (a global rank, a member of the set)."""
+    buf, back = _contiguous_inplace(_tensor(tensor, "broadcast_async_"))
     h = _core.broadcast_async(buf, _desc(buf), root_rank, name or "", _set_id(process_set))
     if back is None:
         h.ctx = tensor
@@ -375,9 +462,10 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     return h
 
 
+@_refusing("broadcast")
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Asynchronous broadcast into a new tensor."""
-    out = tensor.clone(memory_format=torch.contiguous_format)
+    out = _tensor(tensor, "broadcast_async").clone(memory_format=torch.contiguous_format)
     h = _core.broadcast_async(out, _desc(out), root_rank, name or "", _set_id(process_set))
     h.ctx = out
     return h
@@ -393,16 +481,18 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         reduced = allreduce(grad, op=Average, process_set=ctx.process_set)
-        if _set_rank(ctx.process_set) != ctx.root:
+        if _core.rank() != ctx.root:  # root_rank is a global rank
             reduced = reduced * 0
         return reduced, None, None, None
 
 
+@_refusing("broadcast")
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Broadcast into a new tensor (differentiable)."""
-    return _Broadcast.apply(tensor, root_rank, name, process_set)
+    return _Broadcast.apply(_tensor(tensor, "broadcast"), root_rank, name, process_set)
 
 
+@_refusing("broadcast")
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast; returns `tensor`."""
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
@@ -416,10 +506,11 @@ def _splits_list(splits):
     return [int(s) for s in splits]
 
 
+@_refusing("alltoall")
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Asynchronous alltoall: splits[j] rows go to rank j (equal split when None).
     synchronize(handle) returns (output, received_splits)."""
-    src = tensor.contiguous()
+    src = _tensor(tensor, "alltoall_async").contiguous()
     h = _core.alltoall_async(src, _desc(src), _splits_list(splits), name or "",
                              _set_id(process_set))
 
@@ -448,20 +539,22 @@ class _Alltoall(torch.autograd.Function):
         return back, None, None, None
 
 
+@_refusing("alltoall")
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Alltoall (differentiable). Returns the output, and also the received splits when
     `splits` was given (as Horovod)."""
-    out, received = _Alltoall.apply(tensor, splits, name, process_set)
+    out, received = _Alltoall.apply(_tensor(tensor, "alltoall"), splits, name, process_set)
     if splits is None:
         return out
     return out, received
 
 
+@_refusing("reducescatter")
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Asynchronous reducescatter along dim 0; this rank gets its slice."""
     op = reducescatter_op(op)
-    src = tensor.contiguous()
+    src = _tensor(tensor, "reducescatter_async").contiguous()
     return _sized(_core.reducescatter_async(src, _desc(src), name or "", op, prescale_factor,
                                             postscale_factor, _set_id(process_set)), src)
 
@@ -485,19 +578,21 @@ def _rs_grad_scale(op, process_set, pre, post):
     return (_set_size(process_set) if op == Sum else 1) * pre * post
 
 
+@_refusing("reducescatter")
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatter (differentiable); returns this rank's slice of the reduction."""
     op = reducescatter_op(op)
-    wire, cctx = compression.compress(tensor)
+    wire, cctx = compression.compress(_tensor(tensor, "reducescatter"))
     out = _Reducescatter.apply(wire, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(out, cctx)
 
 
+@_refusing("reducescatter", grouped=True)
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     op = reducescatter_op(op)
-    srcs = [t.contiguous() for t in tensors]
+    srcs = [_tensor(t, "grouped_reducescatter_async").contiguous() for t in tensors]
     hs = _core.grouped_reducescatter_async(tuple(srcs), [_desc(t) for t in srcs], name or "",
                                            op, prescale_factor, postscale_factor,
                                            _set_id(process_set))
@@ -519,13 +614,14 @@ class _GroupedReducescatter(torch.autograd.Function):
         return (None, None, None, None, None) + tuple(f * scale for f in full)
 
 
+@_refusing("reducescatter", grouped=True)
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     """Reducescatters negotiated together (differentiable); returns the list of slices."""
     op = reducescatter_op(op)
-    if not tensors:
-        return []
+    if not tensors:  # refused on every rank, as the async form does
+        return synchronize(grouped_reducescatter_async(tensors, name, op, process_set))
     pairs = [compression.compress(t) for t in tensors]
     outs = _GroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
                                        *[p[0] for p in pairs])

@@ -148,6 +148,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// Erases every idle slot (mu_ held); runs when a new name arrives and the idle slots number
   /// at least max(kMaxTable, active slots), so its cost is amortized over as many insertions.
   void drop_idle_slots();
+  /// A process set's broadcast names its root by global rank: rewrites `r->root` to the rank
+  /// within the set, or says that the root is not a member (no change on the global set).
+  Status global_root_to_set_rank(Request* r) const;
   /// A handle failed at once with `why`, naming the op and tensor `fill` describes.
   static Handle refuse(const std::function<void(TensorEntry*)>& fill, const Status& why);
   /// How long an idle loop sleeps before taking part in a round anyway (zero: until work

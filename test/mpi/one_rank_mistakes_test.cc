@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// A mistake made on one rank only (a null input, an output that does not match, an empty
+// group, an invalid reduce op, a scale factor off by 1e-9) fails every rank's call at once
+// with that rank's reason, instead of leaving the other ranks waiting for it; the job goes on.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+
+#include "mpi_test_util.h"
+
+using Catch::Matchers::Contains;
+using hvd::DataType;
+using hvd::ReduceOp;
+
+namespace {
+
+using hvd_test::error_of;
+
+// Runs `right` on every rank but the last and `wrong` on the last; every rank's call must
+// throw, the others' naming the last rank. Prints how long the slowest rank took to fail.
+void one_rank_wrong(const char* label, const std::function<void()>& right,
+                    const std::function<void()>& wrong, const std::string& reason) {
+  const int r = hvd::rank(), last = hvd::size() - 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string err = error_of(r == last ? wrong : right);
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  INFO(label << " on rank " << r);
+  CHECK_THAT(err, Contains(reason));
+  if (r != last) CHECK_THAT(err, Contains("refused on rank " + std::to_string(last)));
+  hvd::TensorView t(&ms, DataType::kFloat64, {1});
+  hvd::allreduce(t, "", ReduceOp::kMax);
+  if (r == 0) std::printf("[%s] every rank failed within %.1f ms\n", label, ms);
+  std::vector<int32_t> v(2, 1);
+  hvd::allreduce(hvd::TensorView(v.data(), DataType::kInt32, {2}), "", ReduceOp::kSum);
+  REQUIRE(v[0] == hvd::size());
+}
+
+}  // namespace
+
+TEST_CASE("a mistake on one rank fails every rank's call at once", "[mpi][multirank]") {
+  REQUIRE(hvd::size() >= 2);
+  std::vector<float> a(4, 1.0f), b(4, 1.0f), out5(5);
+  hvd::TensorView va(a.data(), DataType::kFloat32, {4}), vb(b.data(), DataType::kFloat32, {4});
+  for (const std::string name : {"one.x", ""}) {  // named and automatic names
+    one_rank_wrong(
+        "null input", [&] { hvd::allreduce(va, name); },
+        [&] { hvd::allreduce(hvd::TensorView(nullptr, DataType::kFloat32, {4}), name); },
+        "input data is null");
+    one_rank_wrong(
+        "output does not match", [&] { hvd::allreduce_async(va, va, name).wait(); },
+        [&] {
+          hvd::allreduce_async(va, hvd::TensorView(out5.data(), DataType::kFloat32, {5}), name)
+              .wait();
+        },
+        "does not match input");
+    one_rank_wrong(
+        "null group member",
+        [&] {
+          hvd::grouped_allreduce({va, vb}, name);
+        },
+        [&] {
+          hvd::grouped_allreduce({va, hvd::TensorView(nullptr, DataType::kFloat32, {4})}, name);
+        },
+        "input data is null");
+    one_rank_wrong(
+        "empty group",
+        [&] {
+          hvd::grouped_allreduce({va, vb}, name);
+        },
+        [&] { hvd::grouped_allreduce({}, name); }, "an empty list of tensors");
+    one_rank_wrong(
+        "empty allgather group",
+        [&] {
+          for (auto& h : hvd::grouped_allgather_async({va}, name)) h.wait();
+        },
+        [&] {
+          for (auto& h : hvd::grouped_allgather_async({}, name)) h.wait();
+        },
+        "an empty list of tensors");
+    one_rank_wrong(
+        "invalid reduce op", [&] { hvd::allreduce(va, name, ReduceOp::kSum); },
+        [&] { hvd::allreduce(va, name, static_cast<ReduceOp>(9)); },
+        "reduce op 9 is not one of Sum, Average, Min, Max, Product");
+  }
+  // Scale factors are compared exactly: 1 and 1 + 1e-9 differ (a mismatch, not a refusal).
+  const int r = hvd::rank(), last = hvd::size() - 1;
+  const std::string err = error_of(
+      [&] { hvd::allreduce(va, "one.scale", ReduceOp::kSum, r == last ? 1.0 + 1e-9 : 1.0); });
+  CHECK_THAT(err, Contains("prescale factor 1 on rank"));
+  CHECK_THAT(err, Contains("1.000000001 on rank " + std::to_string(last)));
+}

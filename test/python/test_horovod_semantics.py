@@ -1,0 +1,200 @@
+# SPDX-License-Identifier: Apache-2.0
+"""[python] Horovod's semantics where scripts rely on them (issue 20): broadcast roots on a
+process set are global ranks; join() as Horovod (Average divides by size(), the last rank to
+join is returned); the facade (ValueError for a duplicate name, nccl_built() as a version code,
+bool reductions); and a mistake made on one rank only fails every rank's call at once."""
+import faulthandler
+import time
+
+import pytest
+import torch
+
+import hvd.torch as hvd
+
+R, N = hvd.rank(), hvd.size()
+LAST = N - 1  # the rank that makes the mistake in the one-rank tests
+
+
+def the_job_goes_on():
+    out = hvd.allreduce(torch.full((2,), float(R + 1)), op=hvd.Sum)
+    assert out.tolist() == [N * (N + 1) / 2] * 2
+
+
+# ---- process sets: global roots ----------------------------------------------------------
+
+@pytest.fixture
+def tail_set():
+    """The process set of every rank but 0 (np 2: [1]; np 4: [1, 2, 3])."""
+    ps = hvd.add_process_set(list(range(1, N)))
+    yield ps
+    hvd.barrier()
+    hvd.remove_process_set(ps)
+
+
+def test_broadcasts_on_a_process_set_take_global_roots(tail_set):
+    ps = tail_set
+    if not ps.included():
+        return
+    for root in sorted({1, N - 1}):
+        def fresh():
+            return torch.full((3,), float(R * 10))
+        want = [root * 10.0] * 3
+        assert hvd.broadcast(fresh(), root, name=f"g.b.{root}", process_set=ps).tolist() == want
+        t = fresh()
+        hvd.broadcast_(t, root, name=f"g.b_.{root}", process_set=ps)
+        assert t.tolist() == want
+        h = hvd.broadcast_async(fresh(), root, name=f"g.ba.{root}", process_set=ps)
+        assert hvd.synchronize(h).tolist() == want
+        t = fresh()
+        hvd.synchronize(hvd.broadcast_async_(t, root, name=f"g.ba_.{root}", process_set=ps))
+        assert t.tolist() == want
+        assert hvd.broadcast_object({"from": R}, root, name=f"g.obj.{root}",
+                                    process_set=ps) == {"from": root}
+        model = torch.nn.Linear(2, 1)
+        with torch.no_grad():
+            model.weight.fill_(R)
+            model.bias.fill_(R)
+        hvd.broadcast_parameters(model.state_dict(), root, process_set=ps)
+        assert model.weight.tolist() == [[float(root)] * 2] and model.bias.tolist() == [root]
+        opt = torch.optim.SGD(model.parameters(), lr=0.1 * (R + 1), momentum=0.5)
+        hvd.broadcast_optimizer_state(opt, root, process_set=ps)
+        assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * (root + 1))
+
+
+def test_a_broadcast_root_outside_the_set_fails_on_every_member(tail_set):
+    ps = tail_set
+    if not ps.included():
+        return
+    with pytest.raises(hvd.HorovodInternalError, match="root rank 0 is not a member"):
+        hvd.broadcast(torch.ones(2), 0, name="g.out", process_set=ps)
+    if ps.size() > 1:  # only the last member names rank 0: every member fails, naming it
+        bad = 0 if R == LAST else 1
+        with pytest.raises(hvd.HorovodInternalError, match="root rank 0 is not a member") as e:
+            hvd.broadcast(torch.ones(2), bad, name="g.out1", process_set=ps)
+        if R != LAST:
+            assert f"refused on rank {ps.size() - 1}" in str(e.value)
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=ps).tolist() == [N - 1]
+
+
+# ---- join as Horovod -----------------------------------------------------------------------
+
+def test_after_join_average_divides_by_size_and_join_returns_the_last_rank():
+    last_rank = N // 2  # not the highest rank: the answer cannot be size() - 1 by default
+    if R != last_rank:
+        assert hvd.join() == last_rank
+    else:
+        time.sleep(0.3)  # the others' joins are negotiated first
+        avg = hvd.allreduce(torch.full((3,), float(R + 1)), name="sem.join.avg")
+        assert avg.tolist() == [(R + 1) / N] * 3  # joined ranks contributed zeros
+        s = hvd.allreduce(torch.full((2,), R + 1, dtype=torch.int32), op=hvd.Sum,
+                          name="sem.join.sum")
+        assert s.tolist() == [R + 1] * 2
+        assert hvd.join() == last_rank
+    the_job_goes_on()
+
+
+# ---- the facade ------------------------------------------------------------------------------
+
+def test_a_duplicate_in_flight_name_is_a_value_error():
+    h = hvd.allreduce_async(torch.ones(4), name="sem.dup", op=hvd.Sum)
+    with pytest.raises(ValueError, match="already in flight") as e:
+        hvd.allreduce_async(torch.ones(4), name="sem.dup", op=hvd.Sum)
+    assert isinstance(e.value, hvd.HorovodInternalError)
+    assert hvd.synchronize(h).tolist() == [N] * 4
+
+
+def test_nccl_built_is_the_nccl_version_code():
+    v = hvd.nccl_built()
+    assert type(v) is int
+    if hvd.cuda_built():
+        assert v >= 2000  # NCCL_VERSION_CODE, e.g. 22809 for 2.28.9 (>= 2700 for scripts)
+    else:
+        assert v == 0
+
+
+@pytest.mark.parametrize("op", [hvd.Min, hvd.Max, hvd.Sum])
+def test_bool_reductions_are_refused_on_every_rank(op):
+    with pytest.raises(hvd.HorovodInternalError, match="dtype bool cannot be reduced"):
+        hvd.allreduce(torch.tensor([True, R % 2 == 0]), op=op, name=f"sem.bool.{op}")
+    the_job_goes_on()
+
+
+# ---- one rank's mistake fails every rank ---------------------------------------------------
+
+DEADLINE_S = 20  # per test: a rank left waiting ends the run with every thread's stack
+
+
+@pytest.fixture
+def deadline():
+    faulthandler.dump_traceback_later(DEADLINE_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def good():
+    return torch.ones(4)
+
+
+def sparse():
+    return torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 2.0]), (4,))
+
+
+# (label, the correct call, the mistaken call on rank LAST, what that rank raises, match)
+MISTAKES = [
+    ("complex dtype", lambda n: hvd.allreduce(good(), name=n),
+     lambda n: hvd.allreduce(torch.ones(4, dtype=torch.complex64), name=n),
+     ValueError, "not supported"),
+    ("meta device", lambda n: hvd.allreduce(good(), name=n),
+     lambda n: hvd.allreduce(torch.ones(4, device="meta"), name=n), ValueError, "meta"),
+    ("invalid op", lambda n: hvd.allreduce(good(), name=n, op=hvd.Sum),
+     lambda n: hvd.allreduce(good(), name=n, op=99), ValueError, "unknown reduction op"),
+    ("Adasum", lambda n: hvd.allreduce(good(), name=n, op=hvd.Sum),
+     lambda n: hvd.allreduce(good(), name=n, op=hvd.Adasum), NotImplementedError, "Adasum"),
+    ("a list", lambda n: hvd.allreduce(good(), name=n),
+     lambda n: hvd.allreduce([good(), good()], name=n), TypeError, "grouped_allreduce"),
+    ("a sparse tensor", lambda n: hvd.allreduce(good(), name=n),
+     lambda n: hvd.allreduce(sparse(), name=n), ValueError, "sparse"),
+    ("a sparse tensor, in place", lambda n: hvd.allreduce_(good(), name=n),
+     lambda n: hvd.allreduce_(sparse(), name=n), ValueError, "sparse"),
+    ("allgather of a list", lambda n: hvd.allgather(good(), name=n),
+     lambda n: hvd.allgather([good()], name=n), TypeError, "expected a torch.Tensor"),
+    ("reducescatter op=Max", lambda n: hvd.reducescatter(torch.ones(N, 2), name=n, op=hvd.Sum),
+     lambda n: hvd.reducescatter(torch.ones(N, 2), name=n, op=hvd.Max), ValueError,
+     "Sum or Average"),
+    ("an empty grouped call", lambda n: hvd.grouped_allreduce([good(), good()], name=n),
+     lambda n: hvd.grouped_allreduce([], name=n), ValueError, "empty list"),
+    ("an empty grouped allgather", lambda n: hvd.grouped_allgather([good()], name=n),
+     lambda n: hvd.grouped_allgather([], name=n), ValueError, "empty list"),
+    ("a bad tensor in a group", lambda n: hvd.grouped_allreduce([good(), good()], name=n),
+     lambda n: hvd.grouped_allreduce([good(), torch.ones(2, dtype=torch.complex64)], name=n),
+     ValueError, "not supported"),
+    ("prescale 1 + 1e-9", lambda n: hvd.allreduce(good(), name=n, op=hvd.Sum),
+     lambda n: hvd.allreduce(good(), name=n, op=hvd.Sum, prescale_factor=1.0 + 1e-9),
+     hvd.HorovodInternalError, "1.000000001"),
+    ("a root 2**32 + 1", lambda n: hvd.broadcast(good(), 0, name=n),
+     lambda n: hvd.broadcast(good(), 2**32 + 1, name=n), (TypeError, ValueError), ""),
+]
+
+
+@pytest.mark.parametrize("case", MISTAKES, ids=[m[0] for m in MISTAKES])
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
+def test_a_mistake_on_one_rank_fails_every_rank_at_once(deadline, case, named):
+    label, right, wrong, raised, match = case
+    name = f"sem.one.{label}" if named else None
+    start = time.monotonic()
+    if R == LAST:
+        with pytest.raises(raised, match=match):
+            wrong(name)
+    else:
+        with pytest.raises(hvd.HorovodInternalError) as e:
+            right(name)
+        msg = str(e.value)
+        if raised is not hvd.HorovodInternalError:  # a refusal, naming the rank that made it
+            assert f"refused on rank {LAST}" in msg, msg
+        if match:
+            assert match in msg, msg
+    elapsed = time.monotonic() - start
+    took = hvd.allgather(torch.tensor([elapsed]), name=None)
+    print(f"[{label}{'' if named else ', unnamed'}] every rank failed within "
+          f"{float(took.max()) * 1000:.1f} ms")
+    the_job_goes_on()
