@@ -15,6 +15,12 @@ using namespace hvd;
 TEST_CASE("the build reports whether it has NCCL", "[mpi]") {
   REQUIRE(hvd::nccl_built() == (HVD_HAVE_NCCL != 0));
   REQUIRE(hvd::cuda_built() == (HVD_HAVE_NCCL != 0));
+  // NCCL_VERSION_CODE of the headers built against (2.28.9: 22809), as Horovod's nccl_built().
+  if (HVD_HAVE_NCCL) {
+    REQUIRE(hvd::nccl_version() >= 2000);
+  } else {
+    REQUIRE(hvd::nccl_version() == 0);
+  }
 }
 
 TEST_CASE("add_device_executor gives an executor or a reason", "[mpi]") {

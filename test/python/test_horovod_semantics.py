@@ -96,10 +96,16 @@ def test_after_join_average_divides_by_size_and_join_returns_the_last_rank():
 # ---- the facade ------------------------------------------------------------------------------
 
 def test_a_duplicate_in_flight_name_is_a_value_error():
-    h = hvd.allreduce_async(torch.ones(4), name="sem.dup", op=hvd.Sum)
-    with pytest.raises(ValueError, match="already in flight") as e:
-        hvd.allreduce_async(torch.ones(4), name="sem.dup", op=hvd.Sum)
-    assert isinstance(e.value, hvd.HorovodInternalError)
+    # Rank 0's "sem.dup" stays in flight until the others submit it, after "sem.dup.go".
+    if R == 0:
+        h = hvd.allreduce_async(torch.ones(4), name="sem.dup", op=hvd.Sum)
+        with pytest.raises(ValueError, match="already in flight") as e:
+            hvd.allreduce_async(torch.ones(4), name="sem.dup", op=hvd.Sum)
+        assert isinstance(e.value, hvd.HorovodInternalError)
+        hvd.allreduce(torch.ones(1), name="sem.dup.go")
+    else:
+        hvd.allreduce(torch.ones(1), name="sem.dup.go")
+        h = hvd.allreduce_async(torch.ones(4), name="sem.dup", op=hvd.Sum)
     assert hvd.synchronize(h).tolist() == [N] * 4
 
 
