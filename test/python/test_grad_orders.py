@@ -238,20 +238,42 @@ def test_shared_encoder_per_optimizer_backward_step_zero_grad(op):
     assert diff <= TOL
 
 
-def test_sparse_embedding_with_sparse_adam():
+class TwoEmbeddings(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4, sparse=True)
+        self.emb2 = nn.Embedding(10, 4, sparse=True)
+
+    def forward(self, idx, flagged):
+        """Per-row loss summed, / ROWS: emb2 only on flagged rows (none on some ranks)."""
+        loss = (self.emb(idx) - 1).pow(2).sum()
+        if flagged.any():
+            loss = loss + (self.emb2(idx[flagged]) + 1).pow(2).sum()
+        return loss / ROWS
+
+
+@pytest.mark.parametrize("zero", ["optimizer", "module_none"])
+def test_sparse_embeddings_with_sparse_adam_one_unused_on_some_ranks(zero):
     g = torch.Generator().manual_seed(8)
     idx = torch.randint(0, 10, (hvd.size() * ROWS, 3), generator=g)
     torch.manual_seed(9)
-    model = nn.Embedding(10, 4, sparse=True)
+    model = TwoEmbeddings()
     ref = copy.deepcopy(model)
     opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(model.parameters()), lr=0.05),
                                    named_parameters=model.named_parameters())
     ref_opt = torch.optim.SparseAdam(list(ref.parameters()), lr=0.05)
-    for _ in range(STEPS):
-        for m, o, ii in ((model, opt, shard(idx)), (ref, ref_opt, idx)):
-            o.zero_grad()
-            (m(ii) - 1).pow(2).sum(-1).mean().backward()
-            assert m.weight.grad.is_sparse
+    for step in range(STEPS):
+        # This step, only rank step % size has rows that use emb2.
+        flagged = torch.zeros(hvd.size() * ROWS, dtype=torch.bool)
+        owner = step % hvd.size()
+        flagged[owner * ROWS:(owner + 1) * ROWS] = True
+        for m, o, ii, ff, div in ((model, opt, shard(idx), shard(flagged), 1),
+                                  (ref, ref_opt, idx, flagged, hvd.size())):
+            if zero == "optimizer":
+                o.zero_grad()
+            else:
+                m.zero_grad(set_to_none=True)
+            (m(ii, ff) / div).backward()
             o.step()
     assert max_diff(model, ref) <= TOL
 

@@ -29,11 +29,12 @@ _SPARSE = object()  # ctx marker: the slot was reduced with sparse_allreduce_asy
 
 class _Slot:
     """One registered parameter (see the module docstring)."""
-    __slots__ = ("param", "settings", "acc", "hooks", "base", "wired", "wired_version", "wire",
-                 "ctx", "__weakref__")
+    __slots__ = ("param", "settings", "sparse", "acc", "hooks", "base", "wired", "wired_version",
+                 "wire", "ctx", "__weakref__")
 
-    def __init__(self, param, settings):
+    def __init__(self, param, settings, sparse):
         self.param, self.settings = param, settings
+        self.sparse = sparse  # its gradients are sparse (SparseAdam, or seen so)
         self.acc, self.hooks = None, []
         self.base = self.wired = self.wire = self.ctx = None
         self.wired_version = 0
@@ -94,8 +95,15 @@ class _Slot:
     def prepare(self, densify):
         """The tensor to reduce: .grad (zeros when None), densified or compressed."""
         p = self.param
+        empty = p.grad is None or (p.grad.is_sparse and p.grad._nnz() == 0)  # zero_() on sparse
+        if empty and (self.sparse or p.grad is not None) and not densify:
+            # No gradient on this rank: contribute an empty sparse one shaped as the others'
+            # (sparse in the first dimension, as nn.Embedding's).
+            p.grad = torch.sparse_coo_tensor(torch.empty((1, 0), dtype=torch.long),
+                                             p.new_empty((0,) + tuple(p.shape[1:])), p.shape)
         if p.grad is None:
             p.grad = torch.zeros_like(p)
+        self.sparse = self.sparse or p.grad.is_sparse
         if p.grad.is_sparse and densify:
             p.grad = p.grad.to_dense()
         self.wired, self.wired_version = p.grad, p.grad._version
@@ -146,9 +154,10 @@ def compression_key(compression):
         f"{id(compression):x}"
 
 
-def add(owner, label, specs, settings, groups):
+def add(owner, label, specs, settings, groups, sparse=False):
     """Registers `specs` [(name or None, param)] for `owner`; returns the registry's entries.
-    Raises ValueError (naming the parameter) without changing anything."""
+    `sparse`: the optimizer takes sparse gradients only (SparseAdam). Raises ValueError (naming
+    the parameter) without changing anything."""
     for name, p in specs:
         if not p.is_leaf:
             raise ValueError(f"DistributedOptimizer '{label}': parameter '{name}' "
@@ -160,6 +169,6 @@ def add(owner, label, specs, settings, groups):
     wire = (settings.op, compression_key(settings.compression), settings.bpps, settings.predivide,
             _set_id(settings.process_set),
             settings.sparse_as_dense)
-    items = [(name, id(p), _Slot(p, settings), p.numel() * p.element_size(),
+    items = [(name, id(p), _Slot(p, settings, sparse), p.numel() * p.element_size(),
               f"{p.dtype}{list(p.shape)} at {hex(id(p))}") for name, p in specs]
     return _core.registry_add(owner, label, items, wire, groups)

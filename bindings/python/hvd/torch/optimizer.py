@@ -137,7 +137,7 @@ class _DistributedOptimizer:
         groups = _make_groups(num_groups, groups, specs)
         if not self._hvd_local:
             self._hvd_entries = _grad_registry.add(self._hvd_owner, self._hvd_label, specs,
-                                                   settings, groups)
+                                                   settings, groups, self._hvd_sparse_only())
         # Horovod's public attributes.
         self.backward_passes_per_step = settings.bpps
         self.op = settings.op
@@ -147,6 +147,10 @@ class _DistributedOptimizer:
         self._compression = settings.compression
         if not self._hvd_local:
             weakref.finalize(self, _core.registry_remove, self._hvd_owner, self._hvd_entries)
+
+    def _hvd_sparse_only(self):
+        """True for optimizers that accept sparse gradients only (SparseAdam)."""
+        return issubclass(self._hvd_base, torch.optim.SparseAdam)
 
     def _hvd_specs(self, param_groups):
         """[(name or None, param)] of the trainable parameters not registered yet."""
@@ -263,7 +267,8 @@ class _DistributedOptimizer:
             specs = self._hvd_specs(self.param_groups[-1:])
             if not self._hvd_local:
                 self._hvd_entries.extend(_grad_registry.add(self._hvd_owner, self._hvd_label,
-                                                            specs, self._hvd_settings, []))
+                                                            specs, self._hvd_settings, [],
+                                                            self._hvd_sparse_only()))
         except Exception:
             self.param_groups.pop()
             raise
