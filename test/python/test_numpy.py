@@ -334,6 +334,65 @@ def test_errors():
     check(hvd.allreduce(np.ones(2), op=hvd.Sum), [N, N], np.float64)  # the job goes on
 
 
+# (label, the correct call, the mistaken call on the last rank, what that rank raises, match)
+def _ro():
+    a = np.ones(4)
+    a.flags.writeable = False
+    return a
+
+
+ONE_RANK_MISTAKES = [
+    ("complex dtype", lambda n: hvd.allreduce(np.ones(4), name=n),
+     lambda n: hvd.allreduce(np.ones(4, np.complex64), name=n), ValueError, "not supported"),
+    ("big-endian", lambda n: hvd.allreduce(np.ones(4, np.float32), name=n),
+     lambda n: hvd.allreduce(np.ones(4, ">f4"), name=n), ValueError, "not supported"),
+    ("invalid op", lambda n: hvd.allreduce(np.ones(4), name=n, op=hvd.Sum),
+     lambda n: hvd.allreduce(np.ones(4), name=n, op=99), ValueError, "unknown reduction op"),
+    ("Adasum", lambda n: hvd.allreduce(np.ones(4), name=n, op=hvd.Sum),
+     lambda n: hvd.allreduce(np.ones(4), name=n, op=hvd.Adasum), NotImplementedError, "Adasum"),
+    ("not an array, in place", lambda n: hvd.broadcast_(np.ones(4), 0, name=n),
+     lambda n: hvd.broadcast_([1.0] * 4, 0, name=n), TypeError, "numpy array"),
+    ("read-only, in place", lambda n: hvd.allreduce_(np.ones(4), name=n),
+     lambda n: hvd.allreduce_(_ro(), name=n), ValueError, "read-only"),
+    ("a string array", lambda n: hvd.allgather(np.ones(4), name=n),
+     lambda n: hvd.allgather(np.array(["a"]), name=n), ValueError, "not supported"),
+    ("reducescatter op=Min", lambda n: hvd.reducescatter(np.ones((N, 2)), name=n, op=hvd.Sum),
+     lambda n: hvd.reducescatter(np.ones((N, 2)), name=n, op=hvd.Min), ValueError,
+     "Sum or Average"),
+    ("a bad array in a group", lambda n: hvd.grouped_allreduce([np.ones(2), np.ones(2)], name=n),
+     lambda n: hvd.grouped_allreduce([np.ones(2), np.ones(2, np.complex64)], name=n),
+     ValueError, "not supported"),
+    ("an empty grouped allgather", lambda n: hvd.grouped_allgather([np.ones(2)], name=n),
+     lambda n: hvd.grouped_allgather([], name=n), ValueError, "empty list"),
+    ("a bad alltoall split", lambda n: hvd.alltoall(np.ones(N), splits=[1] * N, name=n),
+     lambda n: hvd.alltoall(np.ones(N), splits=[object()] * N, name=n), TypeError, ""),
+]
+
+
+@pytest.mark.parametrize("case", ONE_RANK_MISTAKES, ids=[m[0] for m in ONE_RANK_MISTAKES])
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
+def test_a_mistake_on_one_rank_fails_every_rank_at_once(case, named):
+    """hvd.numpy's own checks go through the negotiated refusal: the other ranks' calls fail at
+    once naming the rank that made the mistake (the conftest deadline catches a rank left
+    waiting)."""
+    label, right, wrong, raised, match = case
+    last = N - 1
+    name = f"np.one.{label}" if named else None
+    start = time.monotonic()
+    if R == last:
+        with pytest.raises(raised, match=match):
+            wrong(name)
+    else:
+        with pytest.raises(hvd.HorovodInternalError) as e:
+            right(name)
+        assert f"refused on rank {last}" in str(e.value), str(e.value)
+        assert match in str(e.value), str(e.value)
+    took = hvd.allgather(np.array([time.monotonic() - start]))
+    print(f"[numpy {label}{'' if named else ', unnamed'}] every rank failed within "
+          f"{float(took.max()) * 1000:.1f} ms")
+    check(hvd.allreduce(np.ones(2), op=hvd.Sum), [N, N], np.float64)  # the job goes on
+
+
 def test_dropped_handles_release_their_arrays():
     x = np.ones(64, np.float32)
     for _ in range(2000):

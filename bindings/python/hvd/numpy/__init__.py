@@ -26,6 +26,7 @@ from hvd.common.basics import (  # noqa: F401
 from hvd.common.handles import (  # noqa: F401
     Finish, barrier, join, poll, reduce_op, reducescatter_op, synchronize)
 from hvd.common.exceptions import HorovodInternalError, HvdInternalError  # noqa: F401
+from hvd.common.refusal import refusing
 
 _CODES = {np.dtype(t): c for t, c in (
     (np.uint8, 0), (np.int8, 1), (np.int16, 2), (np.int32, 3), (np.int64, 4), (np.float16, 5),
@@ -84,6 +85,7 @@ def _copy_back(target, buf):
 
 # ---- allreduce ---------------------------------------------------------------------------
 
+@refusing("allreduce")
 def allreduce_async(array, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Asynchronous allreduce into a new array; synchronize(handle) returns it."""
@@ -98,6 +100,7 @@ def allreduce_async(array, average=None, name=None, op=None, prescale_factor=1.0
     return h
 
 
+@refusing("allreduce")
 def allreduce(array, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
     """Reduction (Average by default) of `array` over the ranks, as a new array."""
@@ -105,6 +108,7 @@ def allreduce(array, average=None, name=None, op=None, prescale_factor=1.0,
                                        postscale_factor, process_set))
 
 
+@refusing("allreduce")
 def allreduce_async_(array, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """In-place asynchronous allreduce; synchronize(handle) returns `array`."""
@@ -116,6 +120,7 @@ def allreduce_async_(array, average=None, name=None, op=None, prescale_factor=1.
     return _write_back(h, buf, target)
 
 
+@refusing("allreduce")
 def allreduce_(array, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """In-place allreduce; returns `array`."""
@@ -128,6 +133,7 @@ def _grouped(bufs, name, op, pre, post, process_set):
                                          pre, post, _set_id(process_set))
 
 
+@refusing("allreduce", grouped=True, items="arrays")
 def grouped_allreduce_async(arrays, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Allreduces negotiated together, into new arrays; synchronize(handle) returns the list."""
@@ -138,6 +144,7 @@ def grouped_allreduce_async(arrays, average=None, name=None, op=None, prescale_f
     return h
 
 
+@refusing("allreduce", grouped=True, items="arrays")
 def grouped_allreduce(arrays, average=None, name=None, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set):
     """Allreduces negotiated together; returns the list of new arrays."""
@@ -145,6 +152,7 @@ def grouped_allreduce(arrays, average=None, name=None, op=None, prescale_factor=
                                                postscale_factor, process_set))
 
 
+@refusing("allreduce", grouped=True, items="arrays")
 def grouped_allreduce_async_(arrays, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     """In-place grouped allreduce; synchronize(handle) returns the list of `arrays`."""
@@ -167,6 +175,7 @@ def grouped_allreduce_async_(arrays, average=None, name=None, op=None, prescale_
     return h
 
 
+@refusing("allreduce", grouped=True, items="arrays")
 def grouped_allreduce_(arrays, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
     """In-place grouped allreduce; returns the list of `arrays`."""
@@ -203,17 +212,20 @@ def _group_handle(hs, srcs):
     return last
 
 
+@refusing("allgather")
 def allgather_async(array, name=None, process_set=global_process_set):
     """Asynchronous allgather along dim 0 (sizes may differ per rank)."""
     src = _contiguous(array)
     return _sized(_core.allgather_async(src, _desc(src), name or "", _set_id(process_set)), src)
 
 
+@refusing("allgather")
 def allgather(array, name=None, process_set=global_process_set):
     """Every rank's array concatenated along dim 0, in rank order (hvd's memory, no copy)."""
     return synchronize(allgather_async(array, name, process_set))
 
 
+@refusing("allgather", grouped=True, items="arrays")
 def grouped_allgather_async(arrays, name=None, process_set=global_process_set):
     """Allgathers negotiated together; synchronize(handle) returns the list of outputs."""
     srcs = [_contiguous(a) for a in arrays]
@@ -222,11 +234,13 @@ def grouped_allgather_async(arrays, name=None, process_set=global_process_set):
     return _group_handle(hs, srcs)
 
 
+@refusing("allgather", grouped=True, items="arrays")
 def grouped_allgather(arrays, name=None, process_set=global_process_set):
     """Allgathers negotiated together; returns the list of outputs."""
     return synchronize(grouped_allgather_async(arrays, name, process_set))
 
 
+@refusing("broadcast")
 def broadcast_async_(array, root_rank, name=None, process_set=global_process_set):
     """In-place asynchronous broadcast from `root_rank` (a global rank, a member of the set)."""
     buf, target = _inplace(array, "broadcast_async_")
@@ -234,11 +248,13 @@ def broadcast_async_(array, root_rank, name=None, process_set=global_process_set
     return _write_back(h, buf, target)
 
 
+@refusing("broadcast")
 def broadcast_(array, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast; returns `array`."""
     return synchronize(broadcast_async_(array, root_rank, name, process_set))
 
 
+@refusing("broadcast")
 def broadcast_async(array, root_rank, name=None, process_set=global_process_set):
     """Asynchronous broadcast into a new array."""
     out = np.array(array, order="C")
@@ -247,11 +263,13 @@ def broadcast_async(array, root_rank, name=None, process_set=global_process_set)
     return h
 
 
+@refusing("broadcast")
 def broadcast(array, root_rank, name=None, process_set=global_process_set):
     """`root_rank`'s array, as a new array on every rank."""
     return synchronize(broadcast_async(array, root_rank, name, process_set))
 
 
+@refusing("alltoall")
 def alltoall_async(array, splits=None, name=None, process_set=global_process_set):
     """Asynchronous alltoall: splits[j] rows go to rank j (equal split when None).
     synchronize(handle) returns (output, received_splits)."""
@@ -266,6 +284,7 @@ def alltoall_async(array, splits=None, name=None, process_set=global_process_set
     return h
 
 
+@refusing("alltoall")
 def alltoall(array, splits=None, name=None, process_set=global_process_set):
     """Alltoall. Returns the output, and also the received splits when `splits` was given
     (as Horovod)."""
@@ -273,6 +292,7 @@ def alltoall(array, splits=None, name=None, process_set=global_process_set):
     return out if splits is None else (out, received)
 
 
+@refusing("reducescatter")
 def reducescatter_async(array, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Asynchronous reducescatter along dim 0; this rank gets its slice."""
@@ -282,6 +302,7 @@ def reducescatter_async(array, name=None, op=Average, process_set=global_process
                                             postscale_factor, _set_id(process_set)), src)
 
 
+@refusing("reducescatter")
 def reducescatter(array, name=None, op=Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
     """This rank's slice (dim 0) of the reduction over the ranks."""
@@ -289,6 +310,7 @@ def reducescatter(array, name=None, op=Average, process_set=global_process_set,
                                            postscale_factor))
 
 
+@refusing("reducescatter", grouped=True, items="arrays")
 def grouped_reducescatter_async(arrays, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatters negotiated together; synchronize(handle) returns the list of slices."""
@@ -300,6 +322,7 @@ def grouped_reducescatter_async(arrays, name=None, op=Average, process_set=globa
     return _group_handle(hs, srcs)
 
 
+@refusing("reducescatter", grouped=True, items="arrays")
 def grouped_reducescatter(arrays, name=None, op=Average, process_set=global_process_set,
                           prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatters negotiated together; returns the list of slices."""

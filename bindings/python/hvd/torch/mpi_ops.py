@@ -8,10 +8,6 @@ Outputs whose size negotiation decides (allgather, alltoall, reducescatter) are 
 handed to torch through DLPack without a copy.
 """
 
-import functools
-import inspect
-import threading
-
 import torch
 from torch.utils.dlpack import from_dlpack
 
@@ -22,6 +18,7 @@ from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, global_p
 from hvd.common.handles import (  # noqa: F401
     Finish, barrier, join, poll, reduce_op, reducescatter_op, synchronize)
 from hvd.common.exceptions import HorovodInternalError
+from hvd.common.refusal import refusing
 from hvd.torch.compression import Compression
 
 _DTYPES = {
@@ -62,61 +59,6 @@ def _tensor(t, fn):
     return t
 
 
-# A mistake this rank makes before its call reaches hvd's core (an unsupported dtype or device,
-# a sparse tensor, an invalid op, Adasum, a non-tensor, an argument out of range) would leave
-# the other ranks waiting for it. The call is refused through negotiation instead (every rank's
-# call of it fails at once, naming this rank), then the mistake is raised here as it was.
-_MISTAKES = (ValueError, TypeError, NotImplementedError, AttributeError, RuntimeError,
-             OverflowError)
-
-
-_calls = threading.local()  # .n: calls that returned on this thread (one submitted or more)
-
-
-def _refusing(op, grouped=False):
-    def deco(fn):
-        sig = inspect.signature(fn)
-
-        @functools.wraps(fn)
-        def call(*args, **kwargs):
-            before = getattr(_calls, "n", 0)
-            try:
-                out = fn(*args, **kwargs)
-            except _MISTAKES as e:
-                # Only before anything was submitted (a wrapper failing after its inner call
-                # submitted must not refuse a second call), and not the core's own refusals.
-                if (not isinstance(e, HorovodInternalError) and getattr(_calls, "n", 0) == before
-                        and not getattr(e, "_hvd_refused", False)):
-                    _refuse(op, grouped, sig, args, kwargs, e)
-                raise
-            _calls.n = getattr(_calls, "n", 0) + 1
-            return out
-        return call
-    return deco
-
-
-def _refuse(op, grouped, sig, args, kwargs, err):
-    err._hvd_refused = True
-    try:
-        bound = sig.bind(*args, **kwargs)
-    except TypeError:
-        return  # not even a call of `op`: nothing the other ranks could pair it with
-    a = bound.arguments
-    size = 0
-    if grouped:
-        try:
-            size = max(len(a.get("tensors")), 1)
-        except TypeError:
-            size = 1
-    try:
-        _core.refuse_call(op, a.get("name") or "", size, f"{type(err).__name__}: {err}",
-                          _set_id(a.get("process_set", global_process_set)))
-    except HorovodInternalError:
-        pass  # the refusal itself, raised on this rank as `err` instead
-    except Exception:  # noqa: BLE001 - no set, not initialised: `err` says enough
-        pass
-
-
 # Shared with hvd.numpy / hvd.torch (hvd.common.handles).
 _op = reduce_op
 _Finish = Finish
@@ -135,7 +77,7 @@ _PLAIN_OPS = frozenset((Sum, Average, Min, Max, Product))
 _allreduce_host = _core.allreduce_host
 
 
-@_refusing("allreduce")
+@refusing("allreduce")
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """In-place asynchronous allreduce; synchronize(handle) returns `tensor`."""
@@ -166,7 +108,7 @@ _allreduce_async_py = allreduce_async_
 allreduce_async_ = _core.fast_allreduce_(_allreduce_async_py, _DTYPES, global_process_set)
 
 
-@_refusing("allreduce")
+@refusing("allreduce")
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Asynchronous allreduce into a new tensor; synchronize(handle) returns it."""
@@ -195,7 +137,7 @@ class _Allreduce(torch.autograd.Function):
                          process_set=ps), None, None, None, None, None
 
 
-@_refusing("allreduce")
+@refusing("allreduce")
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Allreduce into a new tensor (differentiable: the gradient is allreduced the same way)."""
@@ -205,7 +147,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     return compression.decompress(out, cctx)
 
 
-@_refusing("allreduce")
+@refusing("allreduce")
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """In-place allreduce; returns `tensor`."""
@@ -222,7 +164,7 @@ def _grouped_allreduce(tensors, outs, name, op, pre, post, process_set):
                                          pre, post, _set_id(process_set))
 
 
-@_refusing("allreduce", grouped=True)
+@refusing("allreduce", grouped=True)
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     """In-place grouped allreduce: all tensors negotiated and reduced together."""
@@ -244,7 +186,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return h
 
 
-@_refusing("allreduce", grouped=True)
+@refusing("allreduce", grouped=True)
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Grouped allreduce into new tensors; synchronize(handle) returns the list."""
@@ -270,7 +212,7 @@ class _GroupedAllreduce(torch.autograd.Function):
         return (None, None, None, None, None) + tuple(red)
 
 
-@_refusing("allreduce", grouped=True)
+@refusing("allreduce", grouped=True)
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Grouped allreduce into new tensors (differentiable); returns the list."""
@@ -281,7 +223,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
-@_refusing("allreduce", grouped=True)
+@refusing("allreduce", grouped=True)
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
     """In-place grouped allreduce; returns the list."""
@@ -362,7 +304,7 @@ def _sized(h, like):
     return h
 
 
-@_refusing("allgather")
+@refusing("allgather")
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Asynchronous allgather along dim 0 (sizes may differ per rank)."""
     src = _tensor(tensor, "allgather_async").contiguous()
@@ -392,13 +334,13 @@ def _rows(tensors):
     return [t.shape[0] if t.dim() else 1 for t in tensors]
 
 
-@_refusing("allgather")
+@refusing("allgather")
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenation of every rank's tensor along dim 0, in rank order (differentiable)."""
     return _Allgather.apply(_tensor(tensor, "allgather"), name, process_set)
 
 
-@_refusing("allgather", grouped=True)
+@refusing("allgather", grouped=True)
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Allgathers negotiated together; synchronize(handle) returns the list of outputs."""
     srcs = [_tensor(t, "grouped_allgather_async").contiguous() for t in tensors]
@@ -441,7 +383,7 @@ class _GroupedAllgather(torch.autograd.Function):
                                     for g, o, n in zip(reduced, offsets, ctx.rows))
 
 
-@_refusing("allgather", grouped=True)
+@refusing("allgather", grouped=True)
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers negotiated together (differentiable); returns the list of outputs."""
     if not tensors:  # refused on every rank, as the async form does
@@ -449,7 +391,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
-@_refusing("broadcast")
+@refusing("broadcast")
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place asynchronous broadcast from `root_rank` (a global rank, a member of the set)."""
     buf, back = _contiguous_inplace(_tensor(tensor, "broadcast_async_"))
@@ -462,7 +404,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     return h
 
 
-@_refusing("broadcast")
+@refusing("broadcast")
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Asynchronous broadcast into a new tensor."""
     out = _tensor(tensor, "broadcast_async").clone(memory_format=torch.contiguous_format)
@@ -486,13 +428,13 @@ class _Broadcast(torch.autograd.Function):
         return reduced, None, None, None
 
 
-@_refusing("broadcast")
+@refusing("broadcast")
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Broadcast into a new tensor (differentiable)."""
     return _Broadcast.apply(_tensor(tensor, "broadcast"), root_rank, name, process_set)
 
 
-@_refusing("broadcast")
+@refusing("broadcast")
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast; returns `tensor`."""
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
@@ -506,7 +448,7 @@ def _splits_list(splits):
     return [int(s) for s in splits]
 
 
-@_refusing("alltoall")
+@refusing("alltoall")
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Asynchronous alltoall: splits[j] rows go to rank j (equal split when None).
     synchronize(handle) returns (output, received_splits)."""
@@ -539,7 +481,7 @@ class _Alltoall(torch.autograd.Function):
         return back, None, None, None
 
 
-@_refusing("alltoall")
+@refusing("alltoall")
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Alltoall (differentiable). Returns the output, and also the received splits when
     `splits` was given (as Horovod)."""
@@ -549,7 +491,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     return out, received
 
 
-@_refusing("reducescatter")
+@refusing("reducescatter")
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Asynchronous reducescatter along dim 0; this rank gets its slice."""
@@ -578,7 +520,7 @@ def _rs_grad_scale(op, process_set, pre, post):
     return (_set_size(process_set) if op == Sum else 1) * pre * post
 
 
-@_refusing("reducescatter")
+@refusing("reducescatter")
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatter (differentiable); returns this rank's slice of the reduction."""
@@ -588,7 +530,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     return compression.decompress(out, cctx)
 
 
-@_refusing("reducescatter", grouped=True)
+@refusing("reducescatter", grouped=True)
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     op = reducescatter_op(op)
@@ -614,7 +556,7 @@ class _GroupedReducescatter(torch.autograd.Function):
         return (None, None, None, None, None) + tuple(f * scale for f in full)
 
 
-@_refusing("reducescatter", grouped=True)
+@refusing("reducescatter", grouped=True)
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
