@@ -84,6 +84,13 @@ void Controller::submit(TensorEntry* e) {
       case ResponseCache::Lookup::kMiss:
         break;
     }
+  } else if (cache_enabled_ && !r.refused.empty()) {
+    // Refused here, while the other ranks may call this name through their cache: its entry is
+    // invalidated everywhere (as a mismatch), so their calls join the refusal this round.
+    uint32_t bit = 0;
+    if (cache_.lookup(r, e->cache_hint, &bit) != ResponseCache::Lookup::kMiss) {
+      invalid_bits_.insert(bit);
+    }
   }
   uncached_.push_back(e);
 }

@@ -84,6 +84,23 @@ TEST_CASE("a mistake on one rank fails every rank's call at once", "[mpi][multir
         [&] { hvd::allreduce(va, name, static_cast<ReduceOp>(9)); },
         "reduce op 9 is not one of Sum, Average, Min, Max, Product");
   }
+  // A name the response cache holds (negotiated twice with these parameters): the others'
+  // calls take the cached path, the refusal must still reach them at once.
+  for (const bool null_input : {true, false}) {
+    for (int i = 0; i < 2; ++i) hvd::allreduce(va, "one.cached", ReduceOp::kSum);
+    one_rank_wrong(
+        null_input ? "cached name, null input" : "cached name, invalid op",
+        [&] { hvd::allreduce(va, "one.cached", ReduceOp::kSum); },
+        [&] {
+          if (null_input) {
+            hvd::allreduce(hvd::TensorView(nullptr, DataType::kFloat32, {4}), "one.cached",
+                           ReduceOp::kSum);
+          } else {
+            hvd::allreduce(va, "one.cached", static_cast<ReduceOp>(9));
+          }
+        },
+        null_input ? "input data is null" : "reduce op 9 is not one of");
+  }
   // Scale factors are compared exactly: 1 and 1 + 1e-9 differ (a mismatch, not a refusal).
   const int r = hvd::rank(), last = hvd::size() - 1;
   const std::string err = error_of(

@@ -393,6 +393,21 @@ def test_a_mistake_on_one_rank_fails_every_rank_at_once(case, named):
     check(hvd.allreduce(np.ones(2), op=hvd.Sum), [N, N], np.float64)  # the job goes on
 
 
+def test_a_mistake_on_one_rank_fails_every_rank_for_a_name_the_cache_holds():
+    """The others' call of a name negotiated before with the same parameters takes the response
+    cache's path; the last rank's refusal of it still fails them at once."""
+    last = N - 1
+    for _ in range(2):
+        hvd.allreduce(np.ones(4), name="np.one.cached", op=hvd.Sum)
+    if R == last:
+        with pytest.raises(ValueError, match="not supported"):
+            hvd.allreduce(np.ones(4, np.complex64), name="np.one.cached", op=hvd.Sum)
+    else:
+        with pytest.raises(hvd.HorovodInternalError, match=f"refused on rank {last}"):
+            hvd.allreduce(np.ones(4), name="np.one.cached", op=hvd.Sum)
+    check(hvd.allreduce(np.ones(2), op=hvd.Sum), [N, N], np.float64)  # the job goes on
+
+
 def test_dropped_handles_release_their_arrays():
     x = np.ones(64, np.float32)
     for _ in range(2000):
