@@ -167,11 +167,3 @@ def test_allgather_object():
         assert_obj(o, r)
     assert hvd.allgather_object(None, name="nothing") == [None] * hvd.size()
 
-
-def test_elastic_entry_points_say_hvd_has_no_elastic_mode():
-    with pytest.raises(NotImplementedError, match="hvd has no elastic mode"):
-        hvd.elastic.run(lambda state: None)
-    with pytest.raises(NotImplementedError, match="hvd has no elastic mode"):
-        hvd.elastic.TorchState(model=None)
-    with pytest.raises(NotImplementedError, match="hvd has no elastic mode"):
-        hvd.elastic.ElasticSampler([1, 2, 3])

@@ -7,7 +7,7 @@ HvdInternalError = HorovodInternalError
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Elastic training's host-change signal (hvd has no elastic mode; kept for imports)."""
+    """Elastic training: the hosts changed; raised by State.commit()/check_host_updates()."""
 
     def __init__(self, skip_sync=False):
         super().__init__("hosts updated")

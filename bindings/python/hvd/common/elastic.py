@@ -1,0 +1,235 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Elastic training's framework-agnostic half: State, ObjectState and the run wrapper.
+
+Names and behaviour follow horovod.common.elastic (0.28). What differs is how a failure is
+survived. Open MPI 4.1 cannot re-initialize or shrink a live job, so hvd does not reset inside
+the process: ``hvdrun --min-np/--max-np ...`` runs the job in generations (every generation a
+fresh set of processes), and the state crosses from one generation to the next through the
+host's snapshot file (hvd.common.elastic_snapshot):
+
+- ``commit()`` saves the state in host memory (as Horovod) and the lowest local rank of each host
+  also writes it, with a commit id, to ``$HVD_ELASTIC_STATE_DIR/snapshot`` (hvdrun: /dev/shm).
+- When the decorated function starts, every rank reads its host's snapshot; the ranks agree on
+  the newest commit id and the lowest rank holding it broadcasts the snapshot. Every rank then
+  restores it, runs the reset callbacks and syncs. Without any snapshot (the first generation)
+  the state is synced from rank 0, as Horovod does at start.
+- HorovodInternalError or HostsUpdatedInterrupt inside the function ends the process with exit
+  code RESTART_EXIT_CODE (75): hvdrun then starts the next generation, which resumes from the
+  last commit. Outside hvdrun's elastic mode (no HVD_ELASTIC_STATE_DIR) nothing persists and
+  the exception propagates.
+- When the function returns, the rank writes $HVD_ELASTIC_COMPLETION_FILE (when set), so that
+  hvdrun can tell a finished job from a worker that exited 0 early.
+"""
+import copy
+import functools
+import os
+import pickle
+import queue
+import sys
+
+from hvd.common import basics
+from hvd.common.elastic_snapshot import read_snapshot, remove_stale_temporaries, write_snapshot
+from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+
+#: Exit code of a rank that asks hvdrun for a new generation (EX_TEMPFAIL).
+RESTART_EXIT_CODE = 75
+
+
+def _env(name):
+    """The elastic variables hvdrun sets for every rank (empty means unset)."""
+    return os.environ.get(name) or None
+
+
+def state_dir():
+    """Where this host keeps the job's last committed snapshot; None outside elastic mode."""
+    return _env("HVD_ELASTIC_STATE_DIR")
+
+
+class State:
+    """The state of an elastic job: saved at ``commit()``, restored after a failure.
+
+    ``bcast_object(obj, root_rank)`` and ``get_rank()`` are the framework's; subclasses define
+    save/restore/sync and how their saved state becomes bytes (``_dumps``/``_loads``).
+    """
+
+    def __init__(self, bcast_object, get_rank, allgather_object=None):
+        self._bcast_object = bcast_object
+        self._get_rank = get_rank
+        self._allgather_object = allgather_object
+        self._reset_callbacks = []
+        self._host_updates = queue.Queue()
+        self._last_host_update = 0
+        self._commit_id = 0
+
+    def register_reset_callbacks(self, callbacks):
+        """Functions called (no arguments) after the state was reset to the last commit."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def on_hosts_updated(self, timestamp, update_res):
+        """Queues a host change (timestamp, HostUpdateResult); noticed at the next commit."""
+        self._host_updates.put((timestamp, update_res))
+
+    def commit(self):
+        """Saves the state (host memory and, under hvdrun's elastic mode, the host's snapshot
+        file), then checks for host changes. Collective: every rank calls it at the same step."""
+        self.save()
+        self._commit_id += 1
+        directory = state_dir()
+        if directory is not None and basics.local_rank() == 0:
+            write_snapshot(directory, self._commit_id, basics.size(), self._dumps())
+        self.check_host_updates()
+
+    @property
+    def commit_id(self):
+        """How many commits the job has made (continues across generations)."""
+        return self._commit_id
+
+    def check_host_updates(self):
+        """Raises HostsUpdatedInterrupt on every rank when rank 0 has seen a host change.
+        Collective (one small broadcast from rank 0), so every rank stops at the same step."""
+        last, result = self._last_host_update, 0
+        while not self._host_updates.empty():
+            timestamp, res = self._host_updates.get()
+            if timestamp > last:
+                last = timestamp
+            result |= int(res)
+        last, result = self._bcast_object((last, result), root_rank=0,
+                                          name="hvd.elastic.host_updates")
+        if last > self._last_host_update:
+            self._last_host_update = last
+            # Only additions: the current workers keep their state (Horovod's skip_sync).
+            raise HostsUpdatedInterrupt(skip_sync=result == HostUpdateResult.added)
+
+    def save(self):
+        raise NotImplementedError()
+
+    def restore(self):
+        raise NotImplementedError()
+
+    def sync(self):
+        raise NotImplementedError()
+
+    def reset(self):
+        pass
+
+    def _dumps(self):
+        raise NotImplementedError()
+
+    def _loads(self, payload):
+        raise NotImplementedError()
+
+
+class HostUpdateResult:
+    """Bit flags of a host change (horovod.runner.elastic.worker.HostUpdateResult)."""
+    no_update = 0
+    removed = 1
+    added = 2
+    mixed = removed | added
+
+
+class ObjectState(State):
+    """State made of picklable attributes given as keyword arguments."""
+
+    def __init__(self, bcast_object, get_rank, allgather_object=None, **kwargs):
+        self._saved_state = kwargs
+        self._set_attrs()
+        super().__init__(bcast_object, get_rank, allgather_object)
+
+    def save(self):
+        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state, root_rank=0,
+                                                   name="hvd.elastic.object_state")
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for k, v in self._saved_state.items():
+            setattr(self, k, copy.deepcopy(v))
+
+    def _dumps(self):
+        return pickle.dumps(self._saved_state, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _loads(self, payload):
+        self._saved_state = pickle.loads(payload)
+
+
+def _start_generation(state):
+    """Brings every rank to the same state at the start of the decorated function; returns
+    True when it resumed from a committed snapshot (module docstring)."""
+    directory = state_dir()
+    if directory is None or state._allgather_object is None:
+        state.sync()
+        return False
+    if basics.local_rank() == 0:
+        remove_stale_temporaries(directory)
+    snapshot = read_snapshot(directory)
+    ids = state._allgather_object(snapshot.commit_id if snapshot else -1,
+                                  name="hvd.elastic.commit_ids")
+    newest = max(ids)
+    if newest < 0:
+        state.sync()
+        return False
+    root = ids.index(newest)
+    payload = state._bcast_object(snapshot.payload if basics.rank() == root else None,
+                                  root_rank=root, name="hvd.elastic.snapshot")
+    state._loads(payload)
+    state._commit_id = newest
+    state.restore()
+    state.on_reset()
+    state.sync()
+    return True
+
+
+def _leave_generation(error):
+    """A collective failed or hosts changed: under hvdrun's elastic mode end this process so
+    that the next generation resumes from the last commit; otherwise let the error propagate."""
+    if state_dir() is None:
+        return
+    sys.stderr.write(f"hvd.elastic: rank {basics.rank()}: {type(error).__name__}: {error}; "
+                     f"leaving this generation (exit {RESTART_EXIT_CODE}) for hvdrun to restart "
+                     "from the last commit\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(RESTART_EXIT_CODE)
+
+
+def _report_completion():
+    path = _env("HVD_ELASTIC_COMPLETION_FILE")
+    if path is not None:
+        with open(path, "w") as f:
+            f.write("done\n")
+
+
+def run_fn(func, reset=None):
+    """The body of ``@hvd.elastic.run``: ``func(state, *args, **kwargs)`` with the state brought
+    in step first (resumed from the newest commit when one exists). ``reset`` is accepted for
+    Horovod's signature; hvd restarts processes instead of re-initializing them."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        if not basics.is_initialized():
+            basics.init()
+        _start_generation(state)
+        try:
+            result = func(state, *args, **kwargs)
+        except (HorovodInternalError, HostsUpdatedInterrupt) as e:
+            _leave_generation(e)
+            raise
+        _report_completion()
+        return result
+
+    return wrapper
+
+
+__all__ = ["HostUpdateResult", "ObjectState", "RESTART_EXIT_CODE", "State", "run_fn",
+           "state_dir"]
