@@ -32,9 +32,11 @@ const Var kTimelineCycles{"HVD_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYC
 const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
 const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
 // Variables other parts of hvd read through their own layers (the launcher's test hosts, the
-// soak test).
-const char* const kOtherKnown[] = {"HVD_TESTHOSTS_PREFIX", "HVD_TESTHOSTS_SUBNET",
-                                   "HVD_TESTHOSTS_DIR", "HVD_SOAK_ITERATIONS"};
+// soak test, elastic mode's Python layer and rank wrapper, set by hvdrun --min-np).
+const char* const kOtherKnown[] = {"HVD_TESTHOSTS_PREFIX",       "HVD_TESTHOSTS_SUBNET",
+                                   "HVD_TESTHOSTS_DIR",          "HVD_SOAK_ITERATIONS",
+                                   "HVD_ELASTIC_STATE_DIR",      "HVD_ELASTIC_GENERATION",
+                                   "HVD_ELASTIC_COMPLETION_FILE"};
 
 class Reader {
  public:

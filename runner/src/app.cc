@@ -4,6 +4,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "hvd/runner/cli.h"
 #include "hvd/runner/control_server.h"
+#include "hvd/runner/elastic.h"
 #include "hvd/runner/errors.h"
 #include "hvd/runner/hosts.h"
 #include "hvd/runner/interfaces.h"
@@ -86,6 +88,35 @@ void print_plan(const std::vector<HostSlots>& used, bool all_local) {
   }
 }
 
+// Elastic mode: one mpirun per generation until one succeeds or the policy gives up
+// (elastic.h); the ranks' committed state lives in /dev/shm between generations.
+int run_generations(boost::asio::io_context& io, ControlServer& server, const LaunchSpec& spec,
+                    SuperviseConfig sc, const Options& o, const std::string& token) {
+  const std::string dir = "/dev/shm/hvd-elastic-" + token;
+  int resets = 0;
+  int code = kExitLaunch;
+  for (int generation = 0;; ++generation) {
+    LaunchSpec g = spec;
+    for (auto& e : elastic_env(dir, generation)) g.env.push_back(e);
+    sc.mpirun_argv = build_mpirun_command(g);
+    sc.elastic = true;
+    if (o.verbose)
+      std::cerr << "hvdrun: generation " << generation << ": " << shell_join(sc.mpirun_argv)
+                << "\n";
+    std::cerr << std::flush;
+    GenerationOutcome outcome;
+    supervise(io, server, sc, &outcome);
+    ElasticDecision d = decide_after_generation(outcome, resets, o.reset_limit);
+    if (!d.message.empty()) std::cerr << d.message << "\n" << std::flush;
+    code = d.exit_code;
+    if (d.step != NextStep::kRestart) break;
+    ++resets;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return code;
+}
+
 int launch(const Options& o) {
   const std::string own = local_hostname();
   std::optional<SlurmAllocation> alloc;
@@ -109,6 +140,11 @@ int launch(const Options& o) {
     if (!is_local_host(h.name, own) && h.name != own_short) remote.push_back(h.name);
   }
   const bool all_local = remote.empty();
+  if (o.min_np > 0 && !all_local) {
+    throw UsageError(
+        "--min-np: elastic mode runs on this machine only so far (multi-host "
+        "elastic is not done yet, docs/elastic.md); drop -H/--hostfile");
+  }
   const std::string self = self_executable();
   const std::string token = random_token();
   std::vector<std::string> environ_entries;
@@ -224,6 +260,7 @@ int launch(const Options& o) {
   sc.np = np;
   sc.grace_s = o.grace_period_s;
   sc.verbose = o.verbose;
+  if (o.min_np > 0) return run_generations(io, server, spec, sc, o, token);
   if (o.verbose) std::cerr << "hvdrun: " << shell_join(sc.mpirun_argv) << "\n";
   std::cerr << std::flush;
   return supervise(io, server, sc);

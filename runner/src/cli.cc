@@ -71,6 +71,11 @@ void build_app(CLI::App& app, Options& o) {
                "Print the plan and the exact launch command; start nothing");
   app.add_flag("--no-slurm", o.no_slurm,
                "Ignore a Slurm allocation: plan from -np/-H alone, as outside Slurm");
+  app.add_option("--min-np", o.min_np,
+                 "Elastic mode: run in generations, restarting from the last commit after a "
+                 "failure (this machine only for now; docs/elastic.md)");
+  app.add_option("--reset-limit", o.reset_limit,
+                 "Elastic mode: give up after this many restarts (default: no limit)");
   app.add_flag("--check-build", o.check_build,
                "Print what this build has (MPI, NCCL, CUDA, libtorch, Python) and exit");
 }
@@ -98,6 +103,14 @@ void validate(Options& o, bool np_optional) {
   if (o.ssh_port < 0 || o.ssh_port > 65535) {
     throw UsageError("--ssh-port " + std::to_string(o.ssh_port) +
                      " is not a port; give 1-65535 (e.g. -p 22)");
+  }
+  if (o.min_np < 0 || (o.min_np > 0 && o.np > 0 && o.min_np > o.np)) {
+    throw UsageError("--min-np " + std::to_string(o.min_np) + " must be between 1 and -np " +
+                     std::to_string(o.np));
+  }
+  if (o.reset_limit < -1 || (o.reset_limit >= 0 && o.min_np == 0)) {
+    throw UsageError(o.reset_limit < -1 ? "--reset-limit must be 0 or more (e.g. 3)"
+                                        : "--reset-limit needs elastic mode: add --min-np N");
   }
   if (!(o.start_timeout_s > 0)) {
     throw UsageError("--start-timeout must be a positive number of seconds (e.g. 30)");

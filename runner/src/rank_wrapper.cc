@@ -4,6 +4,7 @@
 // The program dies with the wrapper (PR_SET_PDEATHSIG), and the wrapper stops the program when
 // the master's connection drops, so neither a dead master nor a killed orted leaves it behind.
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <string>
 
 #include "hvd/runner/local_system.h"
 #include "hvd/runner/modes.h"
@@ -104,6 +106,17 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
                            "\n"),
               ec);
 
+  // Elastic mode: the program proves it completed (returned from @hvd.elastic.run) by writing
+  // this file; the wrapper reports DONE before EXIT, so the master can tell an early exit 0.
+  std::string completion;
+  if (const char* dir = std::getenv("HVD_ELASTIC_STATE_DIR")) {
+    ::mkdir(dir, 0700);
+    completion =
+        std::string(dir) + "/complete." + std::to_string(rank) + "." + std::to_string(getpid());
+    ::unlink(completion.c_str());
+    setenv("HVD_ELASTIC_COMPLETION_FILE", completion.c_str(), 1);
+  }
+
   std::vector<char*> argv;
   for (size_t i = 5; i < args.size(); ++i) argv.push_back(const_cast<char*>(args[i].c_str()));
   argv.push_back(nullptr);
@@ -181,6 +194,14 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
     int status = 0;
     waitpid(child, &status, 0);
     exit_code = exit_code_from_wait_status(status);
+  }
+  if (!completion.empty()) {
+    if (exit_code == 0 && ::access(completion.c_str(), F_OK) == 0) {
+      asio::write(socket,
+                  asio::buffer(format_message({MessageKind::kDone, token, host, rank, 0}) + "\n"),
+                  ec);
+    }
+    ::unlink(completion.c_str());
   }
   asio::write(
       socket,

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdio>
 #include <optional>
+#include <set>
 
 #include "hvd/runner/errors.h"
 #include "hvd/runner/subprocess.h"
@@ -42,13 +43,26 @@ struct Failure {
   int code;
 };
 
+int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseConfig& cfg,
+                  GenerationOutcome* outcome);
+
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 }  // namespace
 
-int supervise(asio::io_context& io, ControlServer& server, const SuperviseConfig& cfg) {
+int supervise(asio::io_context& io, ControlServer& server, const SuperviseConfig& cfg,
+              GenerationOutcome* outcome) {
+  int code = supervise_job(io, server, cfg, outcome);
+  if (outcome) outcome->exit_code = code;
+  return code;
+}
+
+namespace {
+
+int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseConfig& cfg,
+                  GenerationOutcome* outcome) {
   const auto t0 = Clock::now();
   Clock::time_point stop_started;
   std::optional<Failure> first;
@@ -57,6 +71,7 @@ int supervise(asio::io_context& io, ControlServer& server, const SuperviseConfig
   bool mpirun_done = false;
   int mpirun_code = 0;
   int hellos = 0;
+  std::set<int> done;  // ranks whose program reported completion (elastic)
   const auto grace = std::chrono::milliseconds(static_cast<long>(cfg.grace_s * 1000));
 
   Subprocess mpirun(io, cfg.mpirun_argv, true);
@@ -92,8 +107,18 @@ int supervise(asio::io_context& io, ControlServer& server, const SuperviseConfig
 
   ControlServer::Handlers h;
   h.on_hello = [&](const Message&) { ++hellos; };
+  h.on_done = [&](const Message& m) { done.insert(m.rank); };
   h.on_exit = [&](const Message& m) {
-    if (m.value == 0 || first || stop_signal != 0) return;
+    if (first || stop_signal != 0) return;
+    if (m.value == 0 && cfg.elastic && done.count(m.rank) == 0) {
+      first = Failure{m.rank, m.host, kExitLaunch};
+      write_line(2, "hvdrun: rank " + std::to_string(m.rank) + " on host " + m.host +
+                        " exited 0 without returning from @hvd.elastic.run (an early exit is a "
+                        "failure in elastic mode); stopping all ranks");
+      begin_stop();
+      return;
+    }
+    if (m.value == 0) return;
     first = Failure{m.rank, m.host, m.value};
     write_line(2, "hvdrun: rank " + std::to_string(m.rank) + " on host " + m.host + " failed (" +
                       describe_exit_code(m.value) + "); stopping all ranks");
@@ -153,6 +178,11 @@ int supervise(asio::io_context& io, ControlServer& server, const SuperviseConfig
   io.run();
   signals.cancel();
   kill_timer.cancel();
+  final_timer.cancel();
+  if (outcome) {
+    outcome->rank0_done = done.count(0) > 0;
+    outcome->signal = stop_signal;
+  }
 
   if (cfg.verbose) {
     char buf[160];
@@ -180,5 +210,7 @@ int supervise(asio::io_context& io, ControlServer& server, const SuperviseConfig
   }
   return kExitOk;
 }
+
+}  // namespace
 
 }  // namespace hvd::runner

@@ -33,6 +33,8 @@ std::string format_message(const Message& m) {
     case MessageKind::kHello:
       return "HELLO " + m.token + " " + std::to_string(m.rank) + " " + m.host + " " +
              std::to_string(m.value);
+    case MessageKind::kDone:
+      return "DONE " + m.token + " " + std::to_string(m.rank) + " " + m.host;
     case MessageKind::kExit:
       return "EXIT " + m.token + " " + std::to_string(m.rank) + " " + m.host + " " +
              std::to_string(m.value);
@@ -61,6 +63,11 @@ std::optional<Message> parse_message(const std::string& line) {
     m.kind = MessageKind::kAgent;
     m.token = w[1];
     m.host = w[2];
+  } else if (w[0] == "DONE" && w.size() == 4) {
+    m.kind = MessageKind::kDone;
+    m.token = w[1];
+    m.host = w[3];
+    if (!to_int(w[2], m.rank) || m.rank < 0) return std::nullopt;
   } else if ((w[0] == "HELLO" || w[0] == "EXIT") && w.size() == 5) {
     m.kind = w[0] == "HELLO" ? MessageKind::kHello : MessageKind::kExit;
     m.token = w[1];

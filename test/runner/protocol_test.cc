@@ -21,6 +21,12 @@ TEST_CASE("wire messages round-trip and junk is rejected", "[unit]") {
          back->value == 137 && back->token == "tok"));
   CHECK(parse_message("HELLO t 0 h 42")->kind == MessageKind::kHello);
   CHECK(parse_message("TERM")->kind == MessageKind::kTerm);
+  Message done{MessageKind::kDone, "tok", "node1", 2, 0};
+  CHECK(format_message(done) == "DONE tok 2 node1");
+  auto d = parse_message("DONE tok 2 node1");
+  REQUIRE(d);
+  CHECK((d->kind == MessageKind::kDone && d->rank == 2 && d->host == "node1"));
+  CHECK_FALSE(parse_message("DONE tok -2 node1"));
   CHECK(parse_message("KILL")->kind == MessageKind::kKill);
   CHECK(parse_message("AGENT t h")->kind == MessageKind::kAgent);
   CHECK(parse_message("OK t")->kind == MessageKind::kOk);

@@ -30,6 +30,9 @@ struct Options {
   bool dry_run = false;
   bool check_build = false;
   bool no_slurm = false;  // --no-slurm: ignore a Slurm allocation (SLURM_JOB_NODELIST ...)
+  // Elastic mode (--min-np given): the job runs in generations; see elastic.h.
+  int min_np = 0;                    // --min-np; 0 = not elastic
+  int reset_limit = -1;              // --reset-limit; -1 = no limit
   std::vector<std::string> command;  // program and its arguments
 };
 

@@ -19,6 +19,7 @@ class ControlServer {
  public:
   struct Handlers {
     std::function<void(const Message&)> on_hello;
+    std::function<void(const Message&)> on_done;  // elastic: the rank's program completed
     std::function<void(const Message&)> on_exit;
     // A wrapper connection closed; `exited` says whether it had sent EXIT first.
     std::function<void(int rank, const std::string& host, bool exited)> on_close;

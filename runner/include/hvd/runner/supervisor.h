@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hvd/runner/control_server.h"
+#include "hvd/runner/elastic.h"
 
 namespace hvd::runner {
 
@@ -16,12 +17,15 @@ struct SuperviseConfig {
   double grace_s = 5;
   bool retag = true;  // rewrite [job,rank]<stdout>: to [rank]<stdout>:
   bool verbose = false;
+  bool elastic = false;  // a rank exiting 0 without DONE is a failure
 };
 
 // Starts mpirun (own process group) and runs `io` until the job is over and every wrapper is
 // gone (or the grace period after KILL ran out). On SIGINT/SIGTERM/SIGHUP or the first rank
 // that ends non-zero: TERM to every wrapper and to mpirun, then KILL after the grace period.
 // Returns hvdrun's exit code: the first failed rank's code, 128+signal, or mpirun's code.
-int supervise(boost::asio::io_context& io, ControlServer& server, const SuperviseConfig& config);
+// With `outcome`, also says whether rank 0 reported completion and which signal stopped hvdrun.
+int supervise(boost::asio::io_context& io, ControlServer& server, const SuperviseConfig& config,
+              GenerationOutcome* outcome = nullptr);
 
 }  // namespace hvd::runner

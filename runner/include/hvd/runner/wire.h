@@ -5,6 +5,7 @@
 //   AGENT <token> <host>                 preflight connect-back; the master answers OK <token>
 //   HELLO <token> <rank> <host> <pid>    a rank wrapper started rank <rank>
 // then a wrapper sends, when its program ends:
+//   DONE <token> <rank> <host>           (elastic mode) the program reported completion
 //   EXIT <token> <rank> <host> <code>    code = exit status, or 128 + signal number
 // and the master may send the wrapper:
 //   TERM                                 send SIGTERM to the program's process group
@@ -18,7 +19,7 @@
 
 namespace hvd::runner {
 
-enum class MessageKind { kAgent, kOk, kHello, kExit, kTerm, kKill };
+enum class MessageKind { kAgent, kOk, kHello, kDone, kExit, kTerm, kKill };
 
 struct Message {
   MessageKind kind = MessageKind::kTerm;
