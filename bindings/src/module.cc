@@ -11,6 +11,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <new>
+
 #include "hvd/hvd.h"
 #include "py_collectives.h"
 #include "py_handle.h"
@@ -104,6 +106,35 @@ void bind_process_sets(pyb::module_& m) {
       pyb::arg("process_set") = 0);
 }
 
+/// Storage filled once and never destroyed: pybind11's gil_safe_call_once_and_store (2.12) for
+/// the pybind11 of Debian 12 (2.10), which lacks it. A function-local `static pyb::object`
+/// would be released by the C++ runtime at exit, after the interpreter is finalized; what is
+/// stored here is never released.
+template <typename T>
+class OnceStore {
+ public:
+  /// Stores `fn()` on the first call (GIL held; the import lock serialises module inits), then
+  /// returns the stored value.
+  template <typename F>
+  const T& call_once_and_store_result(F&& fn) {
+    if (!stored_) {
+      new (storage_) T(fn());
+      stored_ = true;
+    }
+    return *std::launder(reinterpret_cast<T*>(storage_));
+  }
+
+ private:
+  alignas(T) unsigned char storage_[sizeof(T)];
+  bool stored_ = false;
+};
+
+struct ExceptionTypes {
+  pyb::object error;             ///< HorovodInternalError
+  pyb::object not_initialized;   ///< NotInitializedError
+  pyb::object invalid_argument;  ///< InvalidArgumentError
+};
+
 // The module's exception types (set once at import; references held for the process's life).
 PyObject* g_error = nullptr;
 PyObject* g_not_initialized = nullptr;
@@ -136,30 +167,31 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "hvd's C++ runtime for Python (framework-agnostic; see hvd.torch and hvd.numpy)";
   // HorovodInternalError: the error every failed collective raises (a RuntimeError, as in
   // Horovod), carrying the core's message that names the tensor, the ranks and the values.
-  static pyb::exception<hvd::Error> error(m, "HorovodInternalError", PyExc_RuntimeError);
-  // A collective called before init() (or after shutdown()): a HorovodInternalError, as
-  // Horovod raises there, that is also a ValueError, as Horovod's rank()/size() raise.
-  static pyb::handle not_initialized;
-  {
+  // A collective called before init() (or after shutdown()): NotInitializedError, a
+  // HorovodInternalError, as Horovod raises there, that is also a ValueError, as Horovod's
+  // rank()/size() raise. A call refused for its arguments (a duplicate in-flight name, a bad
+  // root, dtype or op): InvalidArgumentError, a HorovodInternalError that is also a
+  // ValueError, the type Horovod raises for them. All live in storage that is never destroyed
+  // (see OnceStore).
+  static OnceStore<ExceptionTypes> types;
+  const ExceptionTypes& t = types.call_once_and_store_result([&] {
+    pyb::exception<hvd::Error> error(m, "HorovodInternalError", PyExc_RuntimeError);
     pyb::tuple bases = pyb::make_tuple(error, pyb::handle(PyExc_ValueError));
-    PyObject* t = PyErr_NewException("hvd._core.NotInitializedError", bases.ptr(), nullptr);
-    if (!t) throw pyb::error_already_set();
-    not_initialized = t;  // one reference, held for the life of the process
-    m.add_object("NotInitializedError", not_initialized);
-  }
-  // A call refused for its arguments (a duplicate in-flight name, a bad root, dtype or op): a
-  // HorovodInternalError that is also a ValueError, the type Horovod raises for them.
-  static pyb::handle invalid_argument;
-  {
-    pyb::tuple bases = pyb::make_tuple(error, pyb::handle(PyExc_ValueError));
-    PyObject* t = PyErr_NewException("hvd._core.InvalidArgumentError", bases.ptr(), nullptr);
-    if (!t) throw pyb::error_already_set();
-    invalid_argument = t;  // one reference, held for the life of the process
-    m.add_object("InvalidArgumentError", invalid_argument);
-  }
-  g_error = error.ptr();
-  g_not_initialized = not_initialized.ptr();
-  g_invalid_argument = invalid_argument.ptr();
+    PyObject* ni = PyErr_NewException("hvd._core.NotInitializedError", bases.ptr(), nullptr);
+    if (!ni) throw pyb::error_already_set();
+    PyObject* ia = PyErr_NewException("hvd._core.InvalidArgumentError", bases.ptr(), nullptr);
+    if (!ia) {
+      Py_DECREF(ni);
+      throw pyb::error_already_set();
+    }
+    return ExceptionTypes{error, pyb::reinterpret_steal<pyb::object>(ni),
+                          pyb::reinterpret_steal<pyb::object>(ia)};
+  });
+  m.add_object("NotInitializedError", t.not_initialized);
+  m.add_object("InvalidArgumentError", t.invalid_argument);
+  g_error = t.error.ptr();
+  g_not_initialized = t.not_initialized.ptr();
+  g_invalid_argument = t.invalid_argument.ptr();
   pyb::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
