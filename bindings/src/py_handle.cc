@@ -62,11 +62,13 @@ DLDataType dl_dtype(DataType t) {
 
 }  // namespace
 
-PyHandle::~PyHandle() {
-  // pybind11 destroys instances with the GIL held.
+PyHandle::~PyHandle() { park_keep(); }  // with the GIL held
+
+void PyHandle::park_keep() {
   if (keep && !keep.is_none() && handle.valid() && !handle.poll()) {
     graveyard().push_back({handle, std::move(keep)});
   }
+  keep = pyb::none();
 }
 
 bool PyHandle::poll() {
@@ -196,10 +198,35 @@ PyObject* guarded_call(F&& f) {
 }
 
 void handle_dealloc(PyObject* o) {
+  PyObject_GC_UnTrack(o);
   auto* self = reinterpret_cast<HandleObject*>(o);
   if (self->weakrefs) PyObject_ClearWeakRefs(o);
   delete self->h;  // an unfinished collective parks its objects in the graveyard
   Py_TYPE(o)->tp_free(o);
+}
+
+// `keep` is visited only once the handle saw its collective finish (`finished` changes only
+// under the GIL in poll()/wait(), never during a collection): until then what it holds belongs
+// to the collective, and must be neither cleared nor have its weak references cleared by the
+// collector as part of a dead cycle. `ctx` is always visited.
+int handle_traverse(PyObject* o, visitproc visit, void* arg) {
+  PyHandle* h = reinterpret_cast<HandleObject*>(o)->h;  // null until make_handle() set it
+  if (!h) return 0;
+  if (h->finished) Py_VISIT(h->keep.ptr());
+  Py_VISIT(h->ctx.ptr());
+  return 0;
+}
+
+// The collector breaks a cycle through this handle: `ctx` goes; `keep` goes too once the
+// collective finished, else to the graveyard, which holds it until then. (A cycle through the
+// `keep` of a handle nobody waited on is not found: see handle_traverse.)
+int handle_clear(PyObject* o) {
+  PyHandle* h = reinterpret_cast<HandleObject*>(o)->h;
+  if (!h) return 0;
+  pyb::object ctx = std::move(h->ctx);  // released on return, once the handle is consistent
+  h->ctx = pyb::none();
+  h->park_keep();
+  return 0;
 }
 
 PyObject* handle_poll(PyObject* o, PyObject* /*unused*/) {
@@ -211,6 +238,13 @@ PyObject* handle_wait(PyObject* o, PyObject* /*unused*/) {
     self_of(o).wait();
     return pyb::none();
   });
+}
+
+PyObject* handle_hold(PyObject* o, PyObject* obj) {
+  PyHandle& h = self_of(o);
+  h.keep = h.keep.is_none() ? pyb::reinterpret_borrow<pyb::object>(obj)
+                            : pyb::make_tuple(h.keep, pyb::handle(obj));
+  Py_RETURN_NONE;
 }
 
 PyObject* handle_result(PyObject* o, PyObject* /*unused*/) {
@@ -258,13 +292,12 @@ PyObject* get_object(PyObject* o, void* /*unused*/) {
   return pyb::object(self_of(o).*member).release().ptr();  // a new reference
 }
 
-template <pyb::object PyHandle::*member>
-int set_object(PyObject* o, PyObject* value, void* /*unused*/) {
+int set_ctx(PyObject* o, PyObject* value, void* /*unused*/) {
   if (!value) {
     PyErr_SetString(PyExc_AttributeError, "cannot delete a Handle's attribute");
     return -1;
   }
-  self_of(o).*member = pyb::reinterpret_borrow<pyb::object>(value);
+  self_of(o).ctx = pyb::reinterpret_borrow<pyb::object>(value);
   return 0;
 }
 
@@ -273,6 +306,8 @@ PyMethodDef handle_methods[] = {
     {"wait", handle_wait, METH_NOARGS,
      "Blocks until finished (without the GIL); raises HorovodInternalError on failure."},
     {"result", handle_result, METH_NOARGS, "wait(), then ctx (the Python layer's result)."},
+    {"hold", handle_hold, METH_O,
+     "hold(obj): keep obj alive (in `keep`) until the collective finished."},
     {"output_dlpack", handle_output_dlpack, METH_NOARGS,
      "The output of allgather/alltoall/reducescatter as a DLPack capsule (no copy)."},
     {"output_numpy",
@@ -287,11 +322,13 @@ PyGetSetDef handle_getset[] = {
     {"received_splits", get_received_splits, nullptr, "alltoall's received splits (waits).",
      nullptr},
     {"finished", get_finished, nullptr, "Set by wait() or a poll() that saw completion.", nullptr},
-    {"ctx", get_object<&PyHandle::ctx>, set_object<&PyHandle::ctx>,
+    {"ctx", get_object<&PyHandle::ctx>, set_ctx,
      "What the Python layer needs to finish the call (free for its use); `keep` until set.",
      nullptr},
-    {"keep", get_object<&PyHandle::keep>, set_object<&PyHandle::keep>,
-     "The objects the collective uses, alive until it finished.", nullptr},
+    {"keep", get_object<&PyHandle::keep>, nullptr,
+     "The objects the collective uses, alive until it finished (read-only: the background "
+     "thread may still read and write them; add to it with hold()).",
+     nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 }  // namespace
@@ -312,7 +349,11 @@ void bind_handle(pyb::module_& m) {
     t.tp_name = "hvd._core.Handle";
     t.tp_basicsize = sizeof(HandleObject);
     t.tp_dealloc = handle_dealloc;
-    t.tp_flags = Py_TPFLAGS_DEFAULT;
+    // A GC type: `ctx` is the Python layer's to set, so a cycle can run through a handle.
+    t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
+    t.tp_traverse = handle_traverse;
+    t.tp_clear = handle_clear;
+    t.tp_free = PyObject_GC_Del;
     t.tp_doc =
         "A collective in flight. Keeps its tensors alive until it finished; dropping it "
         "unfinished is safe.";

@@ -21,7 +21,9 @@ namespace pyb = pybind11;
 
 struct PyHandle {
   Handle handle;
-  pyb::object keep;  ///< tensors the collective uses (inputs, outputs)
+  /// Tensors the collective uses (inputs, outputs): read-only from Python (hold() adds to it),
+  /// since the background thread may read and write them until the collective finished.
+  pyb::object keep;
   /// What the Python layer needs to finish the call (free for its use); `keep` until set.
   pyb::object ctx;
   std::shared_ptr<void> extra;  ///< memory allocated for a device output (owned with it)
@@ -30,6 +32,9 @@ struct PyHandle {
 
   PyHandle(Handle h, pyb::object k) : handle(std::move(h)), keep(std::move(k)), ctx(keep) {}
   ~PyHandle();
+  /// Lets go of `keep` (GIL held): at once when the collective finished, else through the
+  /// graveyard once it has.
+  void park_keep();
   PyHandle(const PyHandle&) = delete;
   PyHandle& operator=(const PyHandle&) = delete;
 

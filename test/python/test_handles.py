@@ -9,6 +9,7 @@ import time
 import tracemalloc
 import weakref
 
+import pytest
 import torch
 
 import hvd.torch as hvd
@@ -126,7 +127,7 @@ def test_a_dropped_handle_holding_another_unfinished_handle_is_released_safely()
     if R == 0:
         inner = hvd.allreduce_async(x, name="nest.inner", op=hvd.Sum)
         outer = hvd.allreduce_async(x, name="nest.outer", op=hvd.Sum)
-        outer.keep = (outer.keep, inner)
+        outer.hold(inner)
         watch = weakref.ref(inner)
         del inner, outer
         hvd.barrier()
@@ -142,6 +143,57 @@ def test_a_dropped_handle_holding_another_unfinished_handle_is_released_safely()
         hvd.synchronize(hvd.allreduce_async(x, name="nest.inner", op=hvd.Sum))
     settle()
     assert graveyard_drained()
+
+
+def test_a_reference_cycle_through_a_finished_handle_is_collected():
+    h = hvd.allreduce_async(torch.ones(4), op=hvd.Sum)
+    hvd.synchronize(h)
+    h.ctx = [h]  # the Python layer's own field: a cycle through the handle
+    watch = weakref.ref(h)
+    del h
+    gc.collect()
+    assert watch() is None, "a cycle through a Handle was never collected"
+
+
+def test_a_reference_cycle_through_an_unfinished_handle_is_collected_and_parks_its_tensor():
+    if R == 0:
+        t = torch.full((4,), 1.0)
+        h = hvd.allreduce_async_(t, name="handles.cycle", op=hvd.Sum)
+        h.ctx = [h]
+        watch_h, watch_t = weakref.ref(h), weakref.ref(t)
+        del h, t
+        gc.collect()
+        assert watch_h() is None, "a cycle through an unfinished Handle was never collected"
+        assert watch_t() is not None, "the tensor died while its collective was pending"
+        assert _core.graveyard_size() >= 1  # cannot finish before the others come
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = hvd.allreduce_async_(torch.full((4,), 1.0), name="handles.cycle", op=hvd.Sum)
+        assert hvd.synchronize(h).tolist() == [N] * 4
+    settle()
+    assert graveyard_drained()
+    if R == 0:
+        gc.collect()
+        assert watch_t() is None, "the tensor outlived its finished collective"
+
+
+def test_keep_is_read_only_and_hold_keeps_objects_until_the_collective_finished():
+    t = torch.ones(4)
+    h = hvd.allreduce_async_(t, op=hvd.Sum)
+    with pytest.raises(AttributeError):
+        h.keep = None  # the background thread may still write into what it holds
+    assert h.keep is t
+    extra = torch.ones(1)
+    watch = weakref.ref(extra)
+    h.hold(extra)
+    del extra
+    gc.collect()
+    assert watch() is not None
+    assert hvd.synchronize(h).tolist() == [N] * 4
+    del h
+    gc.collect()
+    assert watch() is None
 
 
 def test_a_finished_handle_releases_its_tensors_when_dropped():

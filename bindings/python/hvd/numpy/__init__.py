@@ -73,7 +73,7 @@ def _write_back(h, buf, target):
     if target is None:
         h.ctx = buf
     else:
-        h.keep = (h.keep, target)
+        h.hold(target)
         h.ctx = _Finish(lambda _h: _copy_back(target, buf))
     return h
 
@@ -164,7 +164,7 @@ def grouped_allreduce_async_(arrays, average=None, name=None, op=None, prescale_
     if all(t is None for _, t in pairs):
         h.ctx = arrays
         return h
-    h.keep = (h.keep, arrays)
+    h.hold(arrays)
 
     def finish(_h):
         for buf, target in pairs:
@@ -201,7 +201,7 @@ def _group_handle(hs, srcs):
     if not hs:
         raise ValueError("grouped op on an empty list of arrays")
     last, others = hs[-1], hs[:-1]
-    last.keep = (last.keep, others)
+    last.hold(others)
     dtypes = [s.dtype for s in srcs]
 
     def finish(h):  # h is `last`: the closure holds only the others (no reference cycle)

@@ -97,7 +97,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     h = _core.allreduce_async(buf, d[0], d[1], d[2], d[3], d[4], 0, name or "", op,
                               prescale_factor, postscale_factor, ps)
     if back is not None:
-        h.keep = (buf, tensor)
+        h.hold(tensor)
         h.ctx = _Finish(lambda _h: tensor.copy_(buf))
     return h
 
@@ -175,7 +175,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     if all(b is t for b, t in zip(bufs, tensors)):
         h.ctx = tensors
     else:
-        h.keep = (bufs, tensors)
+        h.hold(tensors)
 
         def finish(_h):
             for b, t in zip(bufs, tensors):
@@ -354,7 +354,7 @@ def _group_handle(hs, likes):
     if not hs:
         raise ValueError("grouped op on an empty list of tensors")
     last, others = hs[-1], hs[:-1]
-    last.keep = (last.keep, others)
+    last.hold(others)
 
     def finish(h):  # h is `last`: the closure holds only the others (no reference cycle)
         for o in others:
@@ -399,7 +399,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     if back is None:
         h.ctx = tensor
     else:
-        h.keep = (buf, tensor)
+        h.hold(tensor)
         h.ctx = _Finish(lambda _h: tensor.copy_(buf))
     return h
 
