@@ -21,7 +21,7 @@ if [[ "${HVD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   cmake --build build-asan -j "$JOBS" --target hvd_unit_tests hvd_local_tests hvd_mpi_tests \
     hvd_shutdown_race_test \
     hvd_lifecycle_test hvd_dead_rank_test hvd_device_select_test hvd_stall_test \
-    hvd_stall_shutdown_test hvd_fault_test hvd_soak_test hvd_timeline_probe
+    hvd_stall_shutdown_test hvd_fault_test hvd_soak_test hvd_timeline_probe hvd_timeline_signal_test
   # Open MPI itself leaks at exit: leak checking is off; memory errors and UB still abort. The
   # soak runs at its small size here (label soak_small); libtorch and hvdrun are not built.
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -30,7 +30,7 @@ if [[ "${HVD_SKIP_SANITIZERS:-0}" != 1 ]]; then
 
   step "TSan: local, and the soak at its small size"
   cmake --preset tsan >/dev/null
-  cmake --build build-tsan -j "$JOBS" --target hvd_local_tests hvd_soak_test
+  cmake --build build-tsan -j "$JOBS" --target hvd_local_tests hvd_soak_test hvd_timeline_signal_test
   # Open MPI is not built with TSan: test/tsan/openmpi.supp hides what happens inside it.
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/test/tsan/openmpi.supp \
     ctest --test-dir build-tsan --output-on-failure -L 'local|soak_small' || fail=1

@@ -16,7 +16,8 @@ namespace hvd::core {
 /// SIGTERM handler lets a pwrite in progress finish before the process dies (see timeline.h).
 class TimelineWriter {
  public:
-  /// Opens (truncates) `path` and writes an empty array; ok() tells whether that worked.
+  /// Installs the process's SIGTERM handler the first time, opens (truncates) `path` and writes
+  /// an empty array; ok() tells whether that worked.
   explicit TimelineWriter(const std::string& path);
   /// close().
   ~TimelineWriter();
@@ -24,7 +25,7 @@ class TimelineWriter {
   TimelineWriter& operator=(const TimelineWriter&) = delete;
   bool ok() const { return fd_ >= 0; }
   /// Starts the thread that writes what push() queues, every kFlushMs or sooner when much is
-  /// queued. Installs the process's SIGTERM handler the first time.
+  /// queued.
   void start();
   /// Queues one JSON value (no trailing comma or newline); never touches the disk. Dropped
   /// (and counted) while a million lines wait.
@@ -37,12 +38,15 @@ class TimelineWriter {
 
  private:
   void run();
-  /// Writes `lines` over the closing bracket (writer thread, or close() after it stopped).
-  void write_lines(const std::vector<std::string>& lines);
+  /// Writes `held_` and `lines` over the closing bracket (writer thread, or close() after it
+  /// stopped), with SIGTERM blocked on this thread; keeps them in `held_` instead while a
+  /// SIGTERM handler runs. Leaves `lines` unspecified.
+  void write_lines(std::vector<std::string>* lines);
 
   int fd_ = -1;
-  int64_t close_pos_ = 0;  // offset of the "\n]\n" that ends the file
-  bool empty_ = true;      // no value written yet (no comma before the next)
+  int64_t close_pos_ = 0;          // offset of the "\n]\n" that ends the file
+  bool empty_ = true;              // no value written yet (no comma before the next)
+  std::vector<std::string> held_;  // skipped while a SIGTERM handler ran (the writing thread's)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> queue_;
