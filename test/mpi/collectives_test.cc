@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // allreduce / grouped allreduce / broadcast / barrier against closed-form expected values.
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <fstream>
 #include <thread>
 
 #include "mpi_test_util.h"
@@ -113,6 +116,33 @@ TEST_CASE("large tensors are reduced in place and correctly", "[mpi]") {
     REQUIRE(a[static_cast<size_t>(i)] == static_cast<float>((i % 11) * n * (n + 1) / 2));
     REQUIRE(b[static_cast<size_t>(i)] == static_cast<float>(n - 1));
   }
+}
+
+// Resident memory of this process, in bytes.
+int64_t resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+TEST_CASE("a large float16 allreduce is exact and leaves no buffer of its size behind", "[mpi]") {
+  const int n = hvd::size();
+  const int64_t len = 32 << 20;  // 64 MiB of float16: a whole float32 copy would be 128 MiB
+  std::vector<uint16_t> h(static_cast<size_t>(len), 0x3C00);  // 1.0
+  h.back() = 0x4000;                                          // 2.0
+  const int64_t before = resident_bytes();
+  hvd::allreduce(hvd::TensorView(h.data(), DataType::kFloat16, {len}), "big.f16", ReduceOp::kSum);
+  const int64_t grown = resident_bytes() - before;
+  // float16 of n and 2n (n = 2, 4: exact): exponent 15 + log2(n), mantissa 0; 2n one more.
+  const uint16_t one = static_cast<uint16_t>((15 + (n == 4 ? 2 : n == 2 ? 1 : 0)) << 10);
+  if (n == 1 || n == 2 || n == 4) {
+    CHECK(h.front() == one);
+    CHECK(h[static_cast<size_t>(len / 2)] == one);
+    CHECK(h.back() == static_cast<uint16_t>(one + (1 << 10)));
+  }
+  CAPTURE(grown);
+  CHECK(grown < (16 << 20));
 }
 
 TEST_CASE("grouped allreduce runs every member with one handle", "[mpi]") {

@@ -2,8 +2,13 @@
 // Fused batches large enough for the zero-copy ring (mpi_ring.cc): every dtype x op, tensors
 // that straddle chunk boundaries, empty ones, pieces under and over the direct-message size,
 // scaling and out-of-place outputs, against closed-form values.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <vector>
 
+#include "hvd/ops/mpi_executor.h"
 #include "mpi_test_util.h"
 
 using hvd::DataType;
@@ -89,4 +94,57 @@ TEST_CASE("large fused batches: prescale, postscale and separate outputs", "[mpi
       }
     }
   }
+}
+
+namespace {
+
+// Runs an allreduce (sum) of `tensors` (float32) on `ex` as one fused response; true when
+// every element came out as the number of ranks.
+bool run_fused(hvd::ops::MpiExecutor* ex, std::vector<std::vector<float>>* tensors) {
+  hvd::core::Response r;
+  std::vector<hvd::core::TensorEntry> entries(tensors->size());
+  std::vector<hvd::core::TensorEntry*> ptrs;
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    auto& t = (*tensors)[i];
+    std::fill(t.begin(), t.end(), 1.0f);
+    const int64_t n = static_cast<int64_t>(t.size());
+    entries[i].input = entries[i].output = hvd::TensorView(t.data(), DataType::kFloat32, {n});
+    r.names.push_back("buf." + std::to_string(i));
+    r.numels.push_back(n);
+    ptrs.push_back(&entries[i]);
+  }
+  if (!ex->execute(r, ptrs).ok()) return false;
+  for (auto& t : *tensors) {
+    for (float v : t) {
+      if (v != static_cast<float>(hvd::size())) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("an executor's buffers grown past one slice are released after a quiet period",
+          "[mpi][multirank]") {
+  REQUIRE(hvd::size() >= 2);
+  MPI_Comm comm;
+  REQUIRE(MPI_Comm_dup(MPI_COMM_WORLD, &comm) == MPI_SUCCESS);
+  constexpr size_t kSlice = hvd::ops::MpiExecutor::kFusedSlice;
+  for (auto quiet : {std::chrono::milliseconds(0), std::chrono::milliseconds(3600 * 1000)}) {
+    CAPTURE(quiet.count());
+    hvd::ops::MpiExecutor ex(comm, quiet);
+    // Two 4 MiB tensors take the ring, which stages a chunk of 4 MiB or more.
+    std::vector<std::vector<float>> large(2, std::vector<float>(1 << 20));
+    REQUIRE(run_fused(&ex, &large));
+    const size_t grown = ex.buffer_bytes();
+    CHECK(grown > kSlice);
+    std::vector<std::vector<float>> small(2, std::vector<float>(16));
+    REQUIRE(run_fused(&ex, &small));
+    if (quiet.count() == 0) {
+      CHECK(ex.buffer_bytes() <= kSlice);
+    } else {
+      CHECK(ex.buffer_bytes() == grown);
+    }
+  }
+  MPI_Comm_free(&comm);
 }

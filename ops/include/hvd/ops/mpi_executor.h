@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <vector>
 
 #include "hvd/core/executor.h"
@@ -24,11 +25,23 @@ namespace hvd::ops {
 /// reduced tensor, where the first `rows % size` ranks get `rows / size + 1` rows and the rest
 /// `rows / size` (so with fewer rows than ranks the last ranks get empty slices).
 /// Joined ranks (Response::joined) are not counted when averaging.
+///
+/// Buffers: a fused allreduce (float16/bfloat16 through float32 too) uses one slice of
+/// kFusedSlice bytes, however large its tensors; the ring stages at most its largest chunk and
+/// fused allgathers their whole output. A buffer grown past kFusedSlice is released by the first
+/// response after `quiet` passed without one needing that much.
 class MpiExecutor : public core::Executor {
  public:
-  explicit MpiExecutor(MPI_Comm comm);
+  explicit MpiExecutor(MPI_Comm comm, std::chrono::milliseconds quiet = kBufferQuiet);
   Status execute(const core::Response& r, const std::vector<core::TensorEntry*>& entries) override;
   std::string name() const override { return "mpi"; }
+  /// Bytes held by the persistent buffers (capacity).
+  size_t buffer_bytes() const { return fusion_.capacity() + gather_.capacity(); }
+
+  /// Bytes of one fused slice (the fusion buffer's size in steady use).
+  static constexpr size_t kFusedSlice = 256 << 10;
+  /// Default time after which buffers grown past kFusedSlice are released.
+  static constexpr std::chrono::milliseconds kBufferQuiet{10000};
 
  private:
   Status allreduce(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
@@ -43,6 +56,8 @@ class MpiExecutor : public core::Executor {
   /// MPI_Allreduce in place, split into calls of at most 2^30 elements.
   Status reduce_buffer(void* data, int64_t count, MPI_Datatype type, MPI_Op op);
   uint8_t* fusion_buffer(size_t bytes);
+  /// Releases buffers grown past kFusedSlice when none needed that much for `quiet_`.
+  void release_if_quiet();
   /// A second persistent buffer (fused allgather receives here while sending from fusion_).
   uint8_t* gather_buffer(size_t bytes);
 
@@ -57,7 +72,9 @@ class MpiExecutor : public core::Executor {
   MPI_Comm comm_;
   int size_ = 1, rank_ = 0;
   std::vector<uint8_t> fusion_, gather_;
-  std::vector<size_t> sizes_;  // bytes of each fused tensor (scratch)
+  std::vector<size_t> sizes_;  // bytes (elements: float16/bfloat16) of each fused tensor
+  std::chrono::milliseconds quiet_;
+  std::chrono::steady_clock::time_point last_large_{};  // a buffer last needed > kFusedSlice
 };
 
 /// Rows of dim 0 that rank `rank` of `size` gets from reducescatter of `rows` rows.
