@@ -60,9 +60,32 @@ Handle Runtime::remove_process_set(int32_t id) {
     auto it = children_.find(id);
     if (it != children_.end()) child = it->second;
   }
-  const bool busy = child && child->in_flight() > 0;
+  // Closed from here on (when idle), so that work queued after this call cannot be caught by
+  // the set's shutdown; reopened if the removal fails (reopen_after_failed_removal).
+  const bool busy = child && !child->close_for_removal();
   e.request.splits = {busy ? 1 : 0};
   return enqueue(std::move(e));
+}
+
+bool Runtime::close_for_removal() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (active_ > 0) return false;
+  ++removals_;
+  return true;
+}
+
+void Runtime::reopen_after_failed_removal(const Request& removal) {
+  if (removal.splits.empty() || removal.splits[0] != 0) return;  // busy here: never closed
+  const int32_t id = removal.root;
+  std::shared_ptr<Runtime> child;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    auto it = children_.find(id);
+    if (it != children_.end()) child = it->second;
+  }
+  if (!child) return;
+  std::lock_guard<std::mutex> lk(child->mu_);
+  if (child->removals_ > 0) --child->removals_;
 }
 
 Result<std::shared_ptr<Runtime>> Runtime::process_set(int32_t id) {

@@ -139,6 +139,13 @@ Handle Runtime::enqueue_with(const std::string& name,
     lk.unlock();
     return refuse(fill, aborted("submitted while hvd is shutting down"));
   }
+  if (removals_ > 0) {
+    lk.unlock();
+    return refuse(fill, aborted("process set " + std::to_string(parts_.process_set) +
+                                " is being removed (remove_process_set(" +
+                                std::to_string(parts_.process_set) +
+                                ") was called on this rank before this collective)"));
+  }
   // A runtime serves one process set: the name is the key. The slot of a finished collective
   // stays, so the next one with its name reuses its memory (and its negotiation hint).
   auto it = table_.find(name);
@@ -338,7 +345,11 @@ void Runtime::abort(const Status& s) {
     }
     outstanding_.clear();
     for (auto& kv : table_) {
-      if (kv.second.active) finished.add(kv.second.handle, about(kv.second.request, s));
+      const bool executing = std::find(executing_.begin(), executing_.end(), &kv.second) !=
+                             executing_.end();  // run() completes it once the executor returns
+      if (kv.second.active && !executing) {
+        finished.add(kv.second.handle, about(kv.second.request, s));
+      }
     }
     cv_.notify_all();
     exit_cv_.notify_all();  // a shutdown() waiting for the loop stops waiting for good

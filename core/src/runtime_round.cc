@@ -212,6 +212,9 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   std::shared_ptr<Completion> pending;  // device work still running after launch
   if (r.is_error()) {
     s = mismatch(r.error);
+    if (r.op == OpType::kRemoveProcessSet) {
+      for (TensorEntry* e : mine) reopen_after_failed_removal(e->request);
+    }
   } else if (!complete) {
     s = internal_error(describe(r.op, r.names.front()) +
                        ": negotiated but missing from this rank's tensor table");
@@ -230,6 +233,10 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   } else {
     Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
                                                       : parts_.device_executor.get();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      executing_.assign(mine.begin(), mine.end());
+    }
     if (ex) {
       Status thrown = guarded(describe(r.op, r.names.front()) + ": the " + ex->name() + " executor",
                               [&] { s = ex->launch(r, entries, &pending); });
@@ -266,6 +273,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   Finished finished;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    executing_.clear();
     if (pending) {
       outstanding_.erase(
           std::remove_if(outstanding_.begin(), outstanding_.end(),

@@ -132,3 +132,22 @@ TEST_CASE("removing a process set with work in flight fails naming the rank", "[
   Status s = await(submit(c[0], "gone", t0, o), "gone");
   REQUIRE_THAT(s.message(), Contains("there is no process set " + std::to_string(a)));
 }
+
+TEST_CASE("work submitted on a set after its removal was called fails at once", "[local]") {
+  Cluster c(2);
+  c.start_all();
+  const int32_t a = add_set(c, {0, 1});
+  Tensor<int32_t> t0(std::vector<int32_t>{1});
+  Opts o;
+  o.process_set = a;
+  Handle r0 = c[0].remove_process_set(a);
+  Handle late = submit(c[0], "late", t0, o);
+  // Failed before rank 1 even calls remove: the set's shutdown never meets it.
+  REQUIRE(late.poll());
+  Status s = await(late, "late");
+  REQUIRE_THAT(s.message(), Contains("process set " + std::to_string(a) + " is being removed"));
+  Handle r1 = c[1].remove_process_set(a);
+  await_ok(r0, "remove");
+  await_ok(r1, "remove");
+  REQUIRE(c[0].process_set_ids() == std::vector<int32_t>{0});
+}

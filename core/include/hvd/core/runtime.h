@@ -91,6 +91,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// global ranks. The handle's state()->result is the new set's id once it completes.
   Handle add_process_set(const std::vector<int32_t>& ranks);
   /// Collective over the global set; fails when some rank still has work in flight on `id`.
+  /// From the call until the removal failed, work submitted on `id` on this rank fails at once
+  /// ("being removed"), so a removal that goes ahead finds the set idle on every rank.
   Handle remove_process_set(int32_t id);
   /// The runtime running set `id` on this rank (this runtime for its own id). Errors name the
   /// set: unknown or removed, or this rank is not a member. The pointer shares ownership when
@@ -110,6 +112,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// down", or the stop status), never a crash.
   void shutdown();
   /// Fails every pending handle and every later call with `s` (fatal transport error, dead peer).
+  /// Handles whose collective an executor is running complete when it returns (the user's
+  /// tensors are not let go while it may still write them).
   void abort(const Status& s);
   /// One negotiation round plus execution. Returns false once the runtime has stopped.
   bool run_once();
@@ -202,6 +206,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   size_t active_ = 0;                // mu_: active slots
   // mu_: device work handed to handles (pruned as it finishes): an abort fails what is left.
   std::vector<std::weak_ptr<Completion>> outstanding_;
+  // mu_: this rank's entries of the response run() is executing: an abort leaves them to
+  // run(), which completes them once the executor let go of their tensors.
+  std::vector<TensorEntry*> executing_;
   static constexpr size_t kMaxTable = 8192;     // idle slots kept (at least; see drop_idle_slots)
   std::vector<TensorEntry*> fresh_;             // loop: this round's new entries
   std::vector<const Request*> ready_requests_;  // loop: execute_cached scratch
@@ -245,6 +252,15 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::map<int32_t, std::vector<int32_t>> set_ranks_;     // every set: its global ranks
   int32_t next_set_id_ = 1;                               // loop (the global set's)
   std::atomic<uint64_t> set_ops_{0};  // names of add/remove requests (user threads)
+  // mu_ (of a process set's runtime): remove_process_set calls on this rank not yet executed
+  // or failed; while non-zero, enqueue refuses (see remove_process_set).
+  int removals_ = 0;
+  /// Closes this (idle) set's runtime to new work for a removal; false (left open) when it
+  /// has work in flight.
+  bool close_for_removal();
+  /// Reopens the set that `removal` (this rank's request, which failed) closed (global
+  /// runtime).
+  void reopen_after_failed_removal(const Request& removal);
 };
 
 }  // namespace hvd::core
