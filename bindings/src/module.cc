@@ -77,6 +77,14 @@ void bind_process_sets(pyb::module_& m) {
     pyb::gil_scoped_release nogil;
     return hvd::add_process_set(ranks).id();
   });
+  m.def(
+      "refuse_add_process_set",
+      [](const std::vector<int>& ranks, const std::string& reason) {
+        pyb::gil_scoped_release nogil;
+        hvd::detail::refuse_add_process_set(ranks, reason);
+      },
+      "This rank's add_process_set fails on every rank with `reason` (negotiated; see "
+      "hvd::detail::refuse_add_process_set). Always raises.");
   m.def("remove_process_set", [](int32_t id) {
     pyb::gil_scoped_release nogil;
     hvd::remove_process_set(ProcessSet(id));

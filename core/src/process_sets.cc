@@ -28,9 +28,13 @@ TensorEntry Runtime::set_op_entry(OpType op, const char* prefix) {
   return e;
 }
 
-Handle Runtime::add_process_set(const std::vector<int32_t>& ranks) {
+Handle Runtime::add_process_set(const std::vector<int32_t>& ranks, const std::string& refused) {
   TensorEntry e = set_op_entry(OpType::kAddProcessSet, "process_set.add.");
   e.request.splits.assign(ranks.begin(), ranks.end());
+  if (!refused.empty()) {
+    const std::vector<int64_t> list(ranks.begin(), ranks.end());
+    e.request.refused = "add_process_set(" + shape_str(list) + "): " + refused;
+  }
   if (parts_.process_set != 0) {
     auto h = new_handle_state();
     h->complete(precondition("add_process_set: call it on the global process set"));

@@ -34,16 +34,18 @@ core::TensorEntry reducescatter_entry(const core::Runtime& rt, const TensorView&
   return e;
 }
 
-/// allocators[i], or none; a non-empty list must have one allocator per tensor.
-Allocator allocator_at(const std::vector<Allocator>& allocators, size_t n, size_t i, const char* fn,
-                       const std::string& name) {
-  if (allocators.empty()) return nullptr;
-  if (allocators.size() != n) {
-    throw Error(invalid_argument(std::string(fn) + " '" + name +
-                                 "': " + std::to_string(allocators.size()) + " allocators for " +
-                                 std::to_string(n) + " tensors (give none or one per tensor)"));
-  }
-  return allocators[i];
+/// A grouped call's allocators: none, or one per tensor.
+Status allocator_count(const std::vector<Allocator>& allocators, size_t n, const char* fn,
+                       const std::string& group) {
+  if (allocators.empty() || allocators.size() == n) return Status::OK();
+  return invalid_argument(std::string(fn) + " '" + group +
+                          "': " + std::to_string(allocators.size()) + " allocators for " +
+                          std::to_string(n) + " tensors (give none or one per tensor)");
+}
+
+/// allocators[i], or none (also when their count is wrong: the group is refused then).
+Allocator allocator_at(const std::vector<Allocator>& allocators, size_t n, size_t i) {
+  return allocators.size() == n ? allocators[i] : nullptr;
 }
 
 }  // namespace
@@ -62,10 +64,12 @@ std::vector<Handle> grouped_allgather_async(const std::vector<TensorView>& tenso
   auto rt = set_runtime("grouped_allgather_async", name, ps);
   const std::string group = detail::group_name(OpType::kAllgather, name, ps.id());
   std::vector<core::TensorEntry> entries;
+  // A wrong allocator count refuses every member: negotiated, so no rank waits for this one.
+  const Status bad = allocator_count(allocators, tensors.size(), "grouped_allgather_async", group);
   for (size_t i = 0; i < tensors.size(); ++i) {
-    entries.push_back(
-        sized_entry(*rt, OpType::kAllgather, tensors[i], core::member_name(group, i),
-                    allocator_at(allocators, tensors.size(), i, "grouped_allgather_async", group)));
+    entries.push_back(sized_entry(*rt, OpType::kAllgather, tensors[i], core::member_name(group, i),
+                                  allocator_at(allocators, tensors.size(), i)));
+    detail::refuse_if_bad(&entries.back(), bad);
   }
   return detail::submit_group(*rt, std::move(entries), group);
 }
@@ -98,10 +102,14 @@ std::vector<Handle> grouped_reducescatter_async(const std::vector<TensorView>& t
   auto rt = set_runtime("grouped_reducescatter_async", name, ps);
   const std::string group = detail::group_name(OpType::kReducescatter, name, ps.id());
   std::vector<core::TensorEntry> entries;
+  // refused as above
+  const Status bad =
+      allocator_count(allocators, tensors.size(), "grouped_reducescatter_async", group);
   for (size_t i = 0; i < tensors.size(); ++i) {
-    entries.push_back(reducescatter_entry(
-        *rt, tensors[i], core::member_name(group, i), op, prescale_factor, postscale_factor,
-        allocator_at(allocators, tensors.size(), i, "grouped_reducescatter_async", group)));
+    entries.push_back(reducescatter_entry(*rt, tensors[i], core::member_name(group, i), op,
+                                          prescale_factor, postscale_factor,
+                                          allocator_at(allocators, tensors.size(), i)));
+    detail::refuse_if_bad(&entries.back(), bad);
   }
   return detail::submit_group(*rt, std::move(entries), group);
 }

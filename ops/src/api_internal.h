@@ -44,6 +44,8 @@ Handle submit(core::Runtime& rt, core::TensorEntry e);
 /// precondition); returns it otherwise.
 Handle throw_if_refused(Handle h);
 /// Marks `entries` as one group, validates all before enqueuing any, enqueues; one handle each.
+/// Marks `e` refused with `s`'s message when `s` is an error (the first reason is kept).
+void refuse_if_bad(core::TensorEntry* e, const Status& s);
 std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntry> entries,
                                  const std::string& group);
 /// The one builder of an allreduce's table entry (request and views).

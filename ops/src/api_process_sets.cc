@@ -82,6 +82,14 @@ ProcessSet add_process_set(const std::vector<int>& ranks) {
   return ProcessSet(static_cast<int32_t>(h.state()->result));
 }
 
+namespace detail {
+void refuse_add_process_set(const std::vector<int>& ranks, const std::string& reason) {
+  auto rt = runtime("add_process_set");
+  rt->add_process_set(std::vector<int32_t>(ranks.begin(), ranks.end()), reason).wait();
+  throw Error(invalid_argument("add_process_set: " + reason));  // not reached: wait() throws
+}
+}  // namespace detail
+
 void remove_process_set(const ProcessSet& ps) {
   auto rt = detail::runtime("remove_process_set");
   rt->remove_process_set(ps.id()).wait();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // A mistake made on one rank only (a null input, an output that does not match, an empty
-// group, an invalid reduce op, a scale factor off by 1e-9) fails every rank's call at once
-// with that rank's reason, instead of leaving the other ranks waiting for it; the job goes on.
+// group, an invalid reduce op, a wrong allocator count, a refused add_process_set, a name the
+// response cache holds, a scale factor off by 1e-9) fails every rank's call at once with that
+// rank's reason, instead of leaving the other ranks waiting for it; the job goes on.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -101,6 +102,41 @@ TEST_CASE("a mistake on one rank fails every rank's call at once", "[mpi][multir
         },
         null_input ? "input data is null" : "reduce op 9 is not one of");
   }
+  // A grouped call's allocator count (none, or one per tensor) is checked on this rank only.
+  std::vector<float> rows(8);
+  const hvd::Allocator one = [&](const std::vector<int64_t>&) -> void* { return rows.data(); };
+  one_rank_wrong(
+      "allocator count",
+      [&] {
+        for (auto& h : hvd::grouped_allgather_async({va, vb}, "one.alloc")) h.wait();
+      },
+      [&] {
+        for (auto& h : hvd::grouped_allgather_async({va, vb}, "one.alloc", {}, {one})) h.wait();
+      },
+      "1 allocators for 2 tensors");
+  one_rank_wrong(
+      "reducescatter allocator count",
+      [&] {
+        for (auto& h : hvd::grouped_reducescatter_async({va}, "one.rs.alloc", ReduceOp::kSum))
+          h.wait();
+      },
+      [&] {
+        for (auto& h : hvd::grouped_reducescatter_async({va}, "one.rs.alloc", ReduceOp::kSum, 1.0,
+                                                        1.0, {}, {one, one}))
+          h.wait();
+      },
+      "2 allocators for 1 tensors");
+  // add_process_set refused by its caller on one rank (e.g. the Python binding's duplicate-set
+  // check): the others' add_process_set fails with that rank's reason and list.
+  one_rank_wrong(
+      "add_process_set refused",
+      [&] {
+        hvd::add_process_set({0, 1});
+      },
+      [&] {
+        hvd::detail::refuse_add_process_set({0, 1}, "a duplicate of set 9");
+      },
+      "add_process_set([0, 1]): a duplicate of set 9");
   // Scale factors are compared exactly: 1 and 1 + 1e-9 differ (a mismatch, not a refusal).
   const int r = hvd::rank(), last = hvd::size() - 1;
   const std::string err = error_of(

@@ -204,3 +204,38 @@ def test_a_mistake_on_one_rank_fails_every_rank_at_once(deadline, case, named):
     print(f"[{label}{'' if named else ', unnamed'}] every rank failed within "
           f"{float(took.max()) * 1000:.1f} ms")
     the_job_goes_on()
+
+
+# (label, the list every other rank passes, what the last rank passes, what it raises, what the
+# others' error says)
+SET_MISTAKES = [
+    ("a duplicate of the global set", lambda: [0], lambda: list(range(N)), ValueError,
+     (f"add_process_set({list(range(N))}): ValueError: Attempted to add a duplicate",)),
+    ("a list that differs", lambda: [0], lambda: [LAST], hvd.HorovodInternalError,
+     ("rank list [0] on rank", f"but [{LAST}] on rank {LAST}")),
+    ("a list it cannot read", lambda: [0], lambda: [0, "one"], ValueError, ("invalid literal",)),
+    ("a rank beyond int32", lambda: [0], lambda: [0, 2**40], ValueError,
+     ("rank 1099511627776 is out of range",)),
+]
+
+
+@pytest.mark.parametrize("case", SET_MISTAKES, ids=[m[0] for m in SET_MISTAKES])
+def test_a_process_set_list_that_differs_on_one_rank_fails_every_rank(deadline, case):
+    label, right, wrong, raised, match = case
+    before = hvd.get_process_set_ids_and_ranks()
+    start = time.monotonic()
+    if R == LAST:
+        with pytest.raises(raised):
+            hvd.add_process_set(wrong())
+    else:
+        with pytest.raises(hvd.HorovodInternalError) as e:
+            hvd.add_process_set(right())
+        assert all(m in str(e.value) for m in match), str(e.value)
+        if raised is not hvd.HorovodInternalError:  # refused on the last rank: it is named
+            assert f"refused on rank {LAST}" in str(e.value), str(e.value)
+    elapsed = time.monotonic() - start
+    took = hvd.allgather(torch.tensor([elapsed]), name=None)
+    print(f"[add_process_set, {label}] every rank failed within "
+          f"{float(took.max()) * 1000:.1f} ms")
+    assert hvd.get_process_set_ids_and_ranks() == before  # no set was added anywhere
+    the_job_goes_on()

@@ -209,6 +209,10 @@ namespace detail {
 /// fails with `reason` instead of waiting for this rank. Always throws hvd::Error (the refusal).
 [[noreturn]] void refuse_call(const std::string& op, const std::string& name, int group_size,
                               const std::string& reason, const ProcessSet& ps = {});
+/// Same for add_process_set: this rank refuses its call (`ranks` as it was given, `reason` what
+/// its caller found wrong: a duplicate set, a list it could not read), so that the other ranks'
+/// add_process_set fails with `reason` instead of waiting for it. Always throws hvd::Error.
+[[noreturn]] void refuse_add_process_set(const std::vector<int>& ranks, const std::string& reason);
 }  // namespace detail
 
 }  // namespace hvd

@@ -256,18 +256,35 @@ def rocm_built():
     return False
 
 
+_INT32 = 2**31
+
+
 def add_process_set(process_set):
     """Registers a new process set (collective over all ranks); returns the ProcessSet."""
     _check_init("add_process_set")
-    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
-    if ps.process_set_id is not None:
-        raise ValueError(f"{ps} is already registered")
-    # As Horovod: no two sets with the same ranks (every rank sees the same table, so every
-    # rank raises here and none enters the collective registration).
-    for i in _core.process_set_ids():
-        if _core.process_set_ranks(i) == ps.ranks:
-            raise ValueError(f"Attempted to add a duplicate process set: {ps} has the ranks of "
-                             f"process set {i}; use that one")
+    ps = None
+    try:
+        ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+        if ps.process_set_id is not None:
+            raise ValueError(f"{ps} is already registered")
+        big = [r for r in ps.ranks if not 0 <= r < _INT32]
+        if big:
+            raise ValueError(f"add_process_set({ps.ranks}): rank {big[0]} is out of range (hvd "
+                             f"has {size()} ranks: 0-{size() - 1})")
+        # As Horovod: no two sets with the same ranks.
+        for i in _core.process_set_ids():
+            if _core.process_set_ranks(i) == ps.ranks:
+                raise ValueError(f"Attempted to add a duplicate process set: {ps} has the ranks "
+                                 f"of process set {i}; use that one")
+    except (ValueError, TypeError, OverflowError) as e:
+        # Found on this rank (its list may differ from the others'): refused through
+        # negotiation, so that the other ranks' add_process_set fails too instead of waiting.
+        try:
+            ranks = [r for r in getattr(ps, "ranks", []) if 0 <= r < _INT32]
+            _core.refuse_add_process_set(ranks, f"{type(e).__name__}: {e}")
+        except Exception:  # noqa: BLE001 - the refusal itself, raised here as `e` instead
+            pass
+        raise
     ps.process_set_id = _core.add_process_set(ps.ranks)
     _registered[ps.process_set_id] = ps
     return ps

@@ -89,7 +89,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
 
   /// Collective over the global set (call on the global runtime): every rank passes the same
   /// global ranks. The handle's state()->result is the new set's id once it completes.
-  Handle add_process_set(const std::vector<int32_t>& ranks);
+  /// `refused` non-empty: this rank refuses the call (a mistake found by its caller), which
+  /// fails every rank's call with that reason once all have called (see Request::refused).
+  Handle add_process_set(const std::vector<int32_t>& ranks, const std::string& refused = "");
   /// Collective over the global set; fails when some rank still has work in flight on `id`.
   /// From the call until the removal failed, work submitted on `id` on this rank fails at once
   /// ("being removed"), so a removal that goes ahead finds the set idle on every rank.
