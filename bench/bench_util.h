@@ -2,14 +2,75 @@
 // Timing helpers shared by the MPI benchmarks: medians of the slowest rank per iteration.
 #pragma once
 
+#include <dirent.h>
 #include <mpi.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <vector>
 
 namespace hvd_bench {
+
+/// CPU time (ns) of thread `tid` of this process: the kernel's per-thread CPU clock, what
+/// CLOCK_THREAD_CPUTIME_ID reads inside that thread (Linux: MAKE_THREAD_CPUCLOCK(tid, SCHED)).
+inline double thread_cpu_ns(pid_t tid) {
+  const clockid_t id = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6);
+  timespec ts{};
+  if (clock_gettime(id, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+/// This process's thread ids (Linux: /proc/self/task).
+inline std::vector<pid_t> thread_ids() {
+  std::vector<pid_t> out;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') out.push_back(static_cast<pid_t>(std::atoi(e->d_name)));
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// The threads hvd::init() started (call before init, then started() after it): the busiest
+/// of them over a measurement is the background thread (the others idle). Works with any hvd
+/// build, so bench-compare can read it from old revisions too.
+class LoopThread {
+ public:
+  void before_init() { before_ = thread_ids(); }
+  void after_init() {
+    for (pid_t t : thread_ids()) {
+      if (!std::binary_search(before_.begin(), before_.end(), t)) started_.push_back(t);
+    }
+  }
+  /// CPU ns of every thread init() started, to pass back to busiest_delta().
+  std::vector<double> sample() const {
+    std::vector<double> v;
+    for (pid_t t : started_) v.push_back(thread_cpu_ns(t));
+    return v;
+  }
+  /// The largest per-thread CPU increase between two samples (ns).
+  static double busiest_delta(const std::vector<double>& a, const std::vector<double>& b) {
+    double best = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) best = std::max(best, b[i] - a[i]);
+    return best;
+  }
+
+ private:
+  std::vector<pid_t> before_, started_;
+};
+
+/// CPU ns of the calling thread.
+inline double self_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
 
 inline double now_ms() {
   return std::chrono::duration<double, std::milli>(

@@ -5,7 +5,10 @@
 // that backs off after fruitless rounds (ranks submitted different names) reacts to new work:
 // rank r submits "crossed.r" alone, waits 5 ms (the rounds match nothing, the loops back off),
 // then every rank submits the names of the others; printed: the median time from that last
-// submission until every handle completed (slowest rank).
+// submission until every handle completed (slowest rank). "loop us" and "caller us": CPU time
+// per collective of hvd's background thread and of the submitting thread over the hvd runs
+// (mean over ranks; the loop's includes MPI's polling while it waits for a peer): CPU time is
+// less noisy than wall time on a loaded machine.
 //
 //   mpirun -np 2 --bind-to none build/bench/hvd_bench [--iters N] [--case KxS|crossed]
 #include <mpi.h>
@@ -48,7 +51,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  int provided = 0;  // MPI first, so that the threads hvd::init() starts are told apart
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  hvd_bench::LoopThread loop;
+  loop.before_init();
   hvd::init();
+  loop.after_init();
   const int rank = hvd::rank();
   const Case cases[] = {{1, 1 << 20, "1x1Mi"},
                         {64, 16 << 10, "64x16Ki"},
@@ -58,8 +66,8 @@ int main(int argc, char** argv) {
     std::printf(
         "hvd_bench: allreduce (Sum, float32), np=%d, %d iterations, median of slowest rank\n",
         hvd::size(), iters);
-    std::printf("%-10s %10s %12s %12s %12s %8s %12s\n", "case", "MiB", "hvd ms", "raw1 ms",
-                "rawK ms", "ratio", "grouped ms");
+    std::printf("%-10s %10s %12s %12s %12s %8s %12s %9s %9s\n", "case", "MiB", "hvd ms", "raw1 ms",
+                "rawK ms", "ratio", "grouped ms", "loop us", "caller us");
   }
   for (const Case& c : cases) {
     if (!only.empty() && only != c.label) continue;
@@ -70,6 +78,8 @@ int main(int argc, char** argv) {
     for (int j = 0; j < c.k; ++j) names.push_back(std::string(c.label) + "." + std::to_string(j));
     std::vector<hvd::Handle> hs(static_cast<size_t>(c.k));
 
+    const std::vector<double> loop0 = loop.sample();
+    const double caller0 = hvd_bench::self_cpu_ns();
     double t_hvd = median_ms(iters, [&] {
       for (int j = 0; j < c.k; ++j) {
         hs[static_cast<size_t>(j)] = hvd::allreduce_async(
@@ -78,6 +88,11 @@ int main(int argc, char** argv) {
       }
       for (auto& h : hs) h.wait();
     });
+    // Per collective (iters + 3 warm-up runs of k), averaged over ranks.
+    const double colls = static_cast<double>(iters + 3) * c.k;
+    double cpu[2] = {hvd_bench::LoopThread::busiest_delta(loop0, loop.sample()) / colls / 1e3,
+                     (hvd_bench::self_cpu_ns() - caller0) / colls / 1e3};
+    MPI_Allreduce(MPI_IN_PLACE, cpu, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     std::vector<hvd::TensorView> views;
     for (auto& t : ts)
       views.emplace_back(t.data(), hvd::DataType::kFloat32, std::vector<int64_t>{c.s});
@@ -96,9 +111,9 @@ int main(int argc, char** argv) {
     });
     if (rank == 0) {
       double best = std::min(t_raw1, t_rawk);
-      std::printf("%-10s %10.2f %12.3f %12.3f %12.3f %7.2fx %12.3f\n", c.label,
+      std::printf("%-10s %10.2f %12.3f %12.3f %12.3f %7.2fx %12.3f %9.3f %9.3f\n", c.label,
                   static_cast<double>(c.k * c.s * 4) / (1 << 20), t_hvd, t_raw1, t_rawk,
-                  t_hvd / best, t_grouped);
+                  t_hvd / best, t_grouped, cpu[0] / hvd::size(), cpu[1] / hvd::size());
       std::fflush(stdout);
     }
   }
@@ -133,5 +148,6 @@ int main(int argc, char** argv) {
     }
   }
   hvd::shutdown();
+  MPI_Finalize();
   return 0;
 }
