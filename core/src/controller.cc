@@ -18,6 +18,7 @@ constexpr uint64_t kFlagShutdown = 2;
 constexpr uint64_t kFlagError = 4;         // a rank failed: a full round, every rank stops
 constexpr uint64_t kFlagPendingNames = 8;  // rank 0 asks for every rank's pending names
 constexpr uint64_t kFlagLateQuery = 16;    // rank 0 asks who was late (controller_late.cc)
+constexpr uint64_t kFlagAges = 32;         // rank 0 records late ranks: note ready ages
 
 bool cacheable(const Request& r) {
   return r.group.empty() && r.refused.empty() &&
@@ -51,7 +52,13 @@ void Controller::set_pending(uint32_t bit, TensorEntry* e) {
   if (!pending_[bit]) ++num_pending_;
   pending_[bit] = e;
   pending_words_[bit / 64] |= 1ULL << (bit % 64);
-  if (!pending_since_.empty()) pending_since_[bit] = now();
+  if (!pending_since_.empty()) {
+    if (!stamp_fresh_) {
+      stamp_ = now();
+      stamp_fresh_ = true;
+    }
+    pending_since_[bit] = stamp_;
+  }
 }
 
 TensorEntry* Controller::take_pending(uint32_t bit) {
@@ -108,6 +115,8 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
   if (!local_error_.empty()) flags |= kFlagError;
   if (want_pending_names_) flags |= kFlagPendingNames;
   if (!late_query_.empty()) flags |= kFlagLateQuery;
+  if (wants_ages_) flags |= kFlagAges;
+  stamp_fresh_ = false;  // the next submissions are stamped at their round
   last_ages_.swap(ready_ages_);
   ready_ages_.clear();
   if (stall_threshold_s_ > 0 && num_pending_ > 0) demote_stale_cached();
@@ -119,6 +128,7 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
 
   HVD_RETURN_IF_ERROR(transport_->allreduce_and(&words));
   const uint64_t any_flags = ~words[0];
+  ages_wanted_ = (any_flags & kFlagAges) != 0;
   // From here on, whatever throws becomes this rank's error (sent to rank 0 in this round's
   // full path, or flagged in the next round): the round's collectives go on symmetrically.
   std::vector<int> joined;

@@ -2,6 +2,7 @@
 // Handles to complete once the runtime's lock is released (private to core).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -14,6 +15,8 @@ namespace hvd::core::detail {
 // which may submit or wait (the lock contract in runtime.h).
 class Finished {
  public:
+  Finished() = default;
+  explicit Finished(size_t expected) { items_.reserve(expected); }
   void add(std::shared_ptr<HandleState> h, Status s,
            std::shared_ptr<Completion> pending = nullptr) {
     items_.push_back({std::move(h), std::move(s), std::move(pending)});

@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <string>
+#include <type_traits>
 
 #include "hvd/core/status.h"
 
@@ -11,15 +12,24 @@ namespace hvd::core::detail {
 
 /// Runs `f`; an exception it throws becomes an internal error "<what> threw: <what()>". The
 /// background thread lets no exception escape: a failure reaches every rank as a status.
-template <typename F>
-Status guarded(const std::string& what, F&& f) noexcept {
+/// `what` is a string, or a callable returning one: then it is built only on a failure (the
+/// hot path builds no message).
+template <typename What, typename F>
+Status guarded(const What& what, F&& f) noexcept {
+  auto label = [&]() -> std::string {
+    if constexpr (std::is_invocable_v<const What&>) {
+      return what();
+    } else {
+      return std::string(what);
+    }
+  };
   try {
     f();
     return Status::OK();
   } catch (const std::exception& e) {
-    return internal_error(what + " threw: " + e.what());
+    return internal_error(label() + " threw: " + e.what());
   } catch (...) {
-    return internal_error(what + " threw a non-standard exception");
+    return internal_error(label() + " threw a non-standard exception");
   }
 }
 

@@ -41,6 +41,32 @@ BlockPool& block_pool() {
 
 constexpr size_t kMaxPooled = 1 << 14;
 
+// Each thread first keeps up to kLocalBlocks of its own (no lock: a submitting thread allocates
+// and frees one block per collective); beyond that, and on other threads, the shared pool.
+constexpr size_t kLocalBlocks = 256;
+struct LocalBlocks {
+  size_t block = 0;
+  std::vector<void*> free;
+  ~LocalBlocks();
+};
+// 0: t_local not used yet, 1: in use, 2: destroyed (thread exit). Trivially destructible, so
+// readable during thread exit, when t_local may be gone already.
+thread_local int t_local_state = 0;
+thread_local LocalBlocks t_local;
+
+LocalBlocks::~LocalBlocks() {
+  t_local_state = 2;
+  BlockPool& p = block_pool();
+  std::lock_guard<std::mutex> lk(p.mu);
+  for (void* b : free) {
+    if (p.block == block && p.free.size() < kMaxPooled) {
+      p.free.push_back(b);
+    } else {
+      ::operator delete(b);
+    }
+  }
+}
+
 template <typename T>
 struct PoolAllocator {
   using value_type = T;
@@ -48,6 +74,11 @@ struct PoolAllocator {
   template <typename U>
   explicit PoolAllocator(const PoolAllocator<U>& /*other*/) {}
   T* allocate(size_t n) {
+    if (n == 1 && t_local_state == 1 && t_local.block == sizeof(T) && !t_local.free.empty()) {
+      void* b = t_local.free.back();
+      t_local.free.pop_back();
+      return static_cast<T*>(b);
+    }
     if (n == 1) {
       BlockPool& p = block_pool();
       std::lock_guard<std::mutex> lk(p.mu);
@@ -60,6 +91,15 @@ struct PoolAllocator {
     return static_cast<T*>(::operator new(n * sizeof(T)));
   }
   void deallocate(T* ptr, size_t n) {
+    if (n == 1 && t_local_state == 0) {
+      t_local.block = sizeof(T);  // first use on this thread (its destructor is registered now)
+      t_local_state = 1;
+    }
+    if (n == 1 && t_local_state == 1 && t_local.block == sizeof(T) &&
+        t_local.free.size() < kLocalBlocks) {
+      t_local.free.push_back(ptr);
+      return;
+    }
     if (n == 1) {
       BlockPool& p = block_pool();
       std::lock_guard<std::mutex> lk(p.mu);
@@ -84,6 +124,7 @@ struct PoolAllocator {
 // Calls `done` until it says yes: yielding for 50 us (device work often finishes that fast),
 // then sleeping with backoff from 5 to 500 us.
 void poll_with_backoff(const std::function<bool()>& done) {
+  if (done()) return;  // the common case (host work, or device work already finished): no clock
   const auto start = std::chrono::steady_clock::now();
   auto sleep = std::chrono::microseconds(5);
   while (!done()) {

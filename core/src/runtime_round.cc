@@ -43,6 +43,7 @@ bool Runtime::run_once() {
   RoundResult round;
   std::shared_ptr<Timeline> tl = active_timeline();
   const auto round_start = Timeline::Clock::now();
+  controller_.set_wants_ages(tl && rank_ == 0);  // as run() decides who asks about late ranks
   Status s = controller_.run_round(want_shutdown, &round);
   ++stats_.rounds;
   if (!s.ok()) {
@@ -51,6 +52,7 @@ bool Runtime::run_once() {
     return false;
   }
   round_end_ = Timeline::Clock::now();
+  ages_flagged_.store(controller_.ages_wanted(), std::memory_order_relaxed);
   std::vector<StalledTensor> late = controller_.take_late();
   if (tl) {
     auto partial =
@@ -90,8 +92,8 @@ bool Runtime::run_once() {
   if (!fused.ok()) controller_.fail(fused);
   for (const Response& r : planned) {
     ++stats_.fused_batches;
-    Status st =
-        guarded(describe(r.op, r.names.empty() ? "" : r.names.front()), [&] { execute(r); });
+    Status st = guarded([&] { return describe(r.op, r.names.empty() ? "" : r.names.front()); },
+                        [&] { execute(r); });
     if (!st.ok()) controller_.fail(st);
   }
   Status checked = guarded("checking for stalls", [&] { stall_.check(&controller_); });
@@ -219,7 +221,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
     s = internal_error(describe(r.op, r.names.front()) +
                        ": negotiated but missing from this rank's tensor table");
   } else if (r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet) {
-    Status thrown = guarded(describe(r.op, r.names.front()),
+    Status thrown = guarded([&] { return describe(r.op, r.names.front()); },
                             [&] { s = execute_process_set_op(r, entries[0]); });
     if (!thrown.ok()) {
       s = thrown;
@@ -238,8 +240,9 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
       executing_.assign(mine.begin(), mine.end());
     }
     if (ex) {
-      Status thrown = guarded(describe(r.op, r.names.front()) + ": the " + ex->name() + " executor",
-                              [&] { s = ex->launch(r, entries, &pending); });
+      Status thrown = guarded(
+          [&] { return describe(r.op, r.names.front()) + ": the " + ex->name() + " executor"; },
+          [&] { s = ex->launch(r, entries, &pending); });
       if (!thrown.ok()) {
         s = thrown;
         controller_.fail(s);  // every rank stops at the next round
@@ -255,14 +258,26 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
     }
   }
   PhaseScope::set_active(outer);
-  // For "who was late?" (controller_late.cc): every rank notes its ages; rank 0 with a
-  // timeline asks about its long waits.
+  // For "who was late?" (controller_late.cc): every rank notes its ages while the round's
+  // flags say rank 0 records late ranks; rank 0 with a timeline asks about its long waits.
+  // Without a timeline: nothing per tensor.
   const bool ask_late = timeline && rank_ == 0;
-  for (TensorEntry* e : mine) {
-    const auto ago =
-        std::chrono::duration_cast<std::chrono::microseconds>(round_end_ - e->submitted);
-    controller_.note_ready(e->request.name, ago);
-    if (ask_late && ago >= Controller::kLateQueryMin) controller_.query_late(e->request.name, ago);
+  const bool note = controller_.ages_wanted();
+  if (note || ask_late) {
+    uint64_t noted = 0;
+    for (TensorEntry* e : mine) {
+      if (e->submitted == std::chrono::steady_clock::time_point{}) continue;  // not stamped
+      const auto ago =
+          std::chrono::duration_cast<std::chrono::microseconds>(round_end_ - e->submitted);
+      if (note) {
+        controller_.note_ready(e->request.name, ago);
+        ++noted;
+      }
+      if (ask_late && ago >= Controller::kLateQueryMin) {
+        controller_.query_late(e->request.name, ago);
+      }
+    }
+    stats_.ages_noted += noted;
   }
   if (timeline) {
     Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
@@ -270,7 +285,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
     timeline->record_response(parts_.process_set, r, entries, ex ? ex->name() : "none", phases,
                               started, Timeline::Clock::now(), s, ask_late);
   }
-  Finished finished;
+  Finished finished(mine.size());
   {
     std::lock_guard<std::mutex> lk(mu_);
     executing_.clear();
@@ -282,7 +297,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
       outstanding_.push_back(pending);
     }
     for (TensorEntry* e : mine) {
-      finished.add(e->handle, s, s.ok() ? pending : nullptr);
+      finished.add(std::move(e->handle), s, s.ok() ? pending : nullptr);  // retire(): nothing left
       retire(e);
     }
   }

@@ -153,6 +153,39 @@ TEST_CASE("the timeline shows each tensor's phases in order and names the late r
   CHECK(spans >= markers);
 }
 
+TEST_CASE("without a timeline no rank notes submission ages; with rank 0's every rank does",
+          "[local]") {
+  auto run_steps = [](Cluster& c) {
+    for (int step = 0; step < 3; ++step) {  // steps 1 and 2 go through the response cache
+      std::vector<Tensor<float>> t;
+      for (int r = 0; r < 2; ++r) t.emplace_back(std::vector<float>{1.0f + static_cast<float>(r)});
+      std::vector<Handle> hs;
+      for (int r = 0; r < 2; ++r) hs.push_back(submit(c[r], "ages.x", t[static_cast<size_t>(r)]));
+      for (auto& h : hs) await_ok(h, "allreduce");
+      CHECK(t[1].out == std::vector<float>{3.0f});
+    }
+  };
+  {
+    Cluster c(2, Config{});
+    c.start_all();
+    run_steps(c);
+    for (int r = 0; r < 2; ++r) CHECK(c[r].stats().ages_noted == 0);
+    REQUIRE(c.shutdown_all());
+  }
+  const std::string path = temp_path("ages");
+  Config cfg;
+  cfg.timeline = path;
+  {
+    Cluster c(2, cfg);
+    c.start_all();
+    run_steps(c);
+    // Rank 0 (which writes the file) and rank 1 (which only answers its questions) both note.
+    for (int r = 0; r < 2; ++r) CHECK(c[r].stats().ages_noted > 0);
+    REQUIRE(c.shutdown_all());
+  }
+  std::remove(path.c_str());
+}
+
 TEST_CASE("with HVD_TIMELINE_ALL_RANKS every rank writes its own file", "[local]") {
   const std::string path = temp_path("all");
   Config cfg;

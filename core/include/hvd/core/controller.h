@@ -128,6 +128,12 @@ class Controller {
   // Late ranks, for the timeline (protocol in controller_late.cc).
   /// Rank 0 asks who was late with a tensor after waiting at least this long for it.
   static constexpr std::chrono::microseconds kLateQueryMin{100};
+  /// Rank 0 with a timeline: every round's flags tell all ranks to note ready ages (below).
+  /// Without it no rank stamps submissions or notes ages: the timeline-off path pays nothing.
+  void set_wants_ages(bool on) { wants_ages_ = on; }
+  /// Whether the last round's flags asked every rank to note its ready ages (rank 0 records
+  /// late ranks): only then is note_ready() worth calling.
+  bool ages_wanted() const { return ages_wanted_; }
   /// Every rank, for each of its entries that the last round made ready: how long before the
   /// round ended this rank submitted it.
   void note_ready(const std::string& name, std::chrono::microseconds ago);
@@ -181,6 +187,9 @@ class Controller {
   // Stall inspection: when each cached request became pending, the threshold, rank 0's ask.
   std::vector<std::chrono::steady_clock::time_point> pending_since_;
   double stall_threshold_s_ = 0;
+  // One clock read per round for the pending stamps (not one per submitted tensor).
+  std::chrono::steady_clock::time_point stamp_{};
+  bool stamp_fresh_ = false;
   std::chrono::steady_clock::time_point last_demote_scan_{};
   bool want_pending_names_ = false, names_collected_ = false;
   std::vector<std::vector<std::string>> pending_names_;
@@ -194,6 +203,8 @@ class Controller {
     int64_t ago_us;
   };
   std::vector<ReadyAge> ready_ages_, last_ages_;
+  bool wants_ages_ = false;   // rank 0: set the ages flag in the next rounds
+  bool ages_wanted_ = false;  // the last round had the ages flag
   std::vector<LateQuery> late_query_;
   std::vector<StalledTensor> late_found_;
 

@@ -137,6 +137,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
     /// Table slots visited by drop_idle_slots(): stays within a small multiple of the names
     /// ever submitted (a sweep per insertion would make enqueue linear in the names in flight).
     std::atomic<uint64_t> slot_sweep_visits{0};
+    /// Ready ages noted for late-rank queries: only while rank 0 records late ranks (its
+    /// timeline on); zero otherwise, so a collective pays nothing for the timeline.
+    std::atomic<uint64_t> ages_noted{0};
   };
   const Stats& stats() const { return stats_; }
   /// The pool of hvd-allocated outputs of this process set.
@@ -222,6 +225,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   uint64_t wait_listener_ = 0;  // set by start(), removed by the destructor
   int fruitless_rounds_ = 0;    // loop: consecutive rounds that matched nothing
   std::chrono::steady_clock::time_point round_end_{};  // loop: when the last round ended
+  // The last round said rank 0 records late ranks (it needs every rank's submission times).
+  std::atomic<bool> ages_flagged_{false};
   static constexpr std::chrono::microseconds kSettleStep{30};
   static constexpr std::chrono::microseconds kSettleCap{1000};
   // mu_: set once the runtime stopped for good, with the reason.
@@ -233,6 +238,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   // closes a file in use.
   struct TimelineSlot {
     bool writes = false;
+    /// A timeline was started on this rank (written here or not): submissions are stamped
+    /// for its waits and late ranks. Off, enqueue reads no clock.
+    std::atomic<bool> armed{false};
     mutable std::mutex mu;
     std::shared_ptr<Timeline> timeline;  // mu
   };
