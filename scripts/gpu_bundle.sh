@@ -8,7 +8,8 @@
 #   scripts/gpu_bundle.sh --selftest       # here: runs the bundle with the system's Open MPI,
 #                                          # CUDA runtime and NCCL hidden (mount namespace)
 # The bundle holds the [gpu] tests, the device routing test, hvd_gpu_bench and the host
-# hvd_bench (for the host side's share of the 1024 x 256 case), stripped, the
+# hvd_bench (for the host side's share of the 1024 x 256 case), stripped, libhvd_core/libhvd_ops
+# with the GPU module libhvd_nccl.so next to them (loaded as on a user's host), the
 # CUDA runtime they were linked against, and a relocatable Open MPI runtime (orterun, orted,
 # libraries, the MCA components whose libraries are carried, help texts, PMIx); NCCL is taken
 # from the device machine (libnccl.so.2: ldconfig, /usr/local/cuda, or the pip package).
@@ -68,12 +69,13 @@ fi
 
 BUILD=${1:-build}
 TARGETS=(hvd_gpu_tests hvd_device_select_test hvd_gpu_bench hvd_bench)
+MODULE=libhvd_nccl.so  # the GPU module (target hvd_nccl), loaded at run time
 if [[ ! -f $BUILD/CMakeCache.txt ]]; then
   cmake -S . -B "$BUILD" --preset release >/dev/null
 fi
 grep -rqs '#define HVD_HAVE_NCCL 1' "$BUILD" --include=config.h ||
   { echo "gpu_bundle: $BUILD has no NCCL (configure with -DHVD_WITH_NCCL=ON)"; exit 1; }
-cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" hvd_nccl >/dev/null
 
 rm -rf "$OUT"
 mkdir -p "$OUT"/hvd "$OUT"/ompi/{bin,lib/openmpi3,share,etc} "$OUT"/ompi/pmix/{lib/pmix,share}
@@ -105,6 +107,11 @@ if compgen -G "$BUILD/python/hvd/_core*.so" >/dev/null; then
   cp test/python/gpu_check.py "$OUT/python/"
 fi
 carry_deps "$OUT"/hvd/* "$OUT"/ompi/bin/orterun "$OUT"/ompi/bin/orted
+# The GPU module goes where hvd loads it from, next to libhvd_ops.so (carried just above), as
+# on a user's host; nothing in the bundle links it.
+[[ -e $OUT/ompi/lib/libhvd_ops.so ]] || { echo "gpu_bundle: libhvd_ops.so not carried"; exit 1; }
+strip -o "$OUT/ompi/lib/$MODULE" "$BUILD/ops/$MODULE"
+carry_deps "$OUT/ompi/lib/$MODULE"
 if [[ -d $OUT/python ]]; then carry_deps "$OUT"/python/hvd/_core*.so; fi
 # MCA components whose own libraries are all carried (or basic system ones); the others
 # (InfiniBand, UCX, OFI, PSM) are left out: the device machine is one host.

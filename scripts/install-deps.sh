@@ -15,6 +15,7 @@ PKGS=(
   python3 python3-dev python3-torch python3-pytest python3-numpy python3-mpi4py pybind11-dev
   libdlpack-dev
   slurm-wlm munge
+  debootstrap
 )
 if [[ "${HVD_DEPS_MINIMAL:-0}" == 1 ]]; then
   PKGS=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev catch2 libboost-dev

@@ -48,6 +48,17 @@ void bind_lifecycle(pyb::module_& m) {
   m.def("nccl_built", &hvd::nccl_built);
   m.def("nccl_version", &hvd::nccl_version);
   m.def("cuda_built", &hvd::cuda_built);
+  m.def("gpu_support", []() {
+    const hvd::GpuSupport g = hvd::gpu_support();
+    pyb::dict d;
+    d["loaded"] = g.loaded;
+    d["module"] = g.module;
+    d["nccl_version"] = g.nccl_version;
+    d["cuda_runtime_version"] = g.cuda_runtime_version;
+    d["devices"] = g.devices;
+    d["reason"] = g.reason;
+    return d;
+  });
   m.def(
       "start_timeline",
       [](const std::string& path, bool mark_cycles) {

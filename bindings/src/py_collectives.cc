@@ -15,10 +15,8 @@
 #include <vector>
 
 #include "hvd/hvd.h"
+#include "hvd/ops/gpu_module.h"
 #include "py_handle.h"
-#if HVD_HAVE_NCCL
-#include <cuda_runtime_api.h>
-#endif
 
 namespace hvd::py {
 namespace {
@@ -59,32 +57,30 @@ pyb::object wrap(Handle h, pyb::object keep, std::shared_ptr<void> extra = {}) {
 /// and owned by the handle (`*extra`).
 Allocator output_allocator(const TensorView& v, std::shared_ptr<void>* extra) {
   if (v.device.kind == DeviceKind::kHost) return nullptr;
-#if HVD_HAVE_NCCL
+  // Device memory comes from the GPU module (this extension links no CUDA).
+  const ops::GpuModuleApi* gpu = ops::gpu_module().api;
+  if (gpu == nullptr) {
+    throw pyb::value_error(
+        "hvd: a tensor on " + v.device.str() +
+        " but this process has no GPU support (nccl_built() is 0): " + ops::gpu_module().reason);
+  }
   struct DeviceBuffer {
+    const ops::GpuModuleApi* gpu = nullptr;
     void* ptr = nullptr;
-    ~DeviceBuffer() {
-      if (ptr) cudaFree(ptr);
-    }
+    ~DeviceBuffer() { gpu->device_free(ptr); }
   };
   auto buf = std::make_shared<DeviceBuffer>();
+  buf->gpu = gpu;
   *extra = buf;
   const int device = v.device.index;
   const size_t elem = dtype_size(v.dtype);
   return [buf, device, elem](const Shape& shape) -> void* {
     size_t bytes = static_cast<size_t>(shape_numel(shape)) * elem;
-    if (cudaSetDevice(device) != cudaSuccess) return nullptr;
-    if (cudaMalloc(&buf->ptr, bytes > 0 ? bytes : 1) != cudaSuccess) {
-      (void)cudaGetLastError();
-      buf->ptr = nullptr;
-      throw std::runtime_error("cudaMalloc of " + std::to_string(bytes) + " bytes failed");
-    }
+    Result<void*> p = buf->gpu->device_alloc(device, bytes);
+    if (!p.ok()) throw std::runtime_error(p.status().message());
+    buf->ptr = p.value();
     return buf->ptr;
   };
-#else
-  (void)extra;
-  throw pyb::value_error("hvd: a tensor on " + v.device.str() +
-                         " but this build of hvd has no CUDA support (nccl_built() is False)");
-#endif
 }
 
 /// One allocator per tensor (output_allocator), or none at all when every tensor is on the host.

@@ -16,6 +16,7 @@
 #include "hvd/core/validation.h"
 #include "hvd/hvd.h"
 #include "hvd/ops/device.h"
+#include "hvd/ops/gpu_module.h"
 #include "hvd/ops/mpi_executor.h"
 #include "hvd/ops/mpi_transport.h"
 #include "hvd/ops/mpi_util.h"
@@ -445,8 +446,30 @@ int cross_size() { return topology("cross_size").cross_size; }
 bool mpi_threads_supported() { return topology("mpi_threads_supported").threads_multiple; }
 
 bool mpi_built() { return true; }
-bool nccl_built() { return HVD_HAVE_NCCL != 0; }
-bool cuda_built() { return HVD_HAVE_NCCL != 0; }
+bool nccl_built() { return ops::gpu_module().api != nullptr; }
+bool cuda_built() { return nccl_built(); }
+int nccl_version() {
+  const ops::GpuModuleState& m = ops::gpu_module();
+  return m.api ? m.api->nccl_version : 0;
+}
+
+GpuSupport gpu_support() {
+  const ops::GpuModuleState& m = ops::gpu_module();
+  GpuSupport g;
+  g.module = m.path;
+  g.reason = m.reason;
+  if (m.api == nullptr) return g;
+  g.loaded = true;
+  g.nccl_version = m.api->nccl_version;
+  g.cuda_runtime_version = m.api->cuda_runtime_version;
+  auto count = m.api->device_count();
+  if (count.ok()) {
+    g.devices = count.value();
+  } else {
+    g.reason = count.status().message();
+  }
+  return g;
+}
 bool torch_built() { return HVD_HAVE_TORCH != 0; }
 
 Handle allreduce_async(const TensorView& tensor, const std::string& name, ReduceOp op,

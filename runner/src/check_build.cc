@@ -38,10 +38,15 @@ std::string cuda_device() {
 std::string python_binding() {
   std::string py = HVD_RUNNER_PYTHON;
   if (py.empty()) return "";
+  // One line: importable, torch's version, the extension's path, and the GPU module's state
+  // (loaded with which NCCL and how many devices, or why not).
   const std::string probe =
-      " -c 'import hvd._core as c, hvd.torch, torch; "
-      "print(\"importable, torch \" + torch.__version__ + \", nccl \" + str(c.nccl_built()) "
-      "+ \" (\" + c.__file__ + \")\")'";
+      " -c 'import hvd._core as c, hvd.torch, torch; g = c.gpu_support(); "
+      "print(\"importable, torch %s (%s); GPU module: %s\" % (torch.__version__, c.__file__, "
+      "\"loaded %s, NCCL %d, CUDA runtime %d, %d device(s)%s\" % (g[\"module\"], "
+      "g[\"nccl_version\"], g[\"cuda_runtime_version\"], g[\"devices\"], "
+      "\"\" if g[\"devices\"] else \": \" + g[\"reason\"]) if g[\"loaded\"] "
+      "else \"not loaded: \" + g[\"reason\"]))'";
   std::string l = first_line(py + probe);
   std::string dir = HVD_RUNNER_PYTHON_DIR;
   if (l.empty() && !dir.empty() && access(dir.c_str(), F_OK) == 0) {
@@ -62,8 +67,9 @@ int run_check_build() {
             << (mpirun.empty() ? std::string("not found")
                                : mpirun + " (" + first_line(mpirun + " --version") + ")")
             << "\n"
-            << "  NCCL:                 " << HVD_RUNNER_WITH_NCCL
-            << ", headers: " << HVD_RUNNER_NCCL_VERSION << "\n"
+            << "  GPU module built:     " << HVD_RUNNER_WITH_NCCL
+            << " (libhvd_nccl.so, loaded at run time), NCCL headers: " << HVD_RUNNER_NCCL_VERSION
+            << "\n"
             << "  CUDA toolkit:         " << HVD_RUNNER_CUDA_VERSION << "\n"
             << "  CUDA device:          " << cuda_device() << "\n"
             << "  libtorch:             " << HVD_RUNNER_WITH_TORCH << "\n"

@@ -40,7 +40,7 @@ build_and_run() {
 step "cmake --install into a fresh prefix"
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 for f in bin/hvdrun include/hvd/hvd.h include/hvd/config.h lib/cmake/hvd/hvdConfig.cmake \
-         lib/cmake/hvd/hvdConfigVersion.cmake lib/libhvd_ops.a lib/libhvd_core.a; do
+         lib/cmake/hvd/hvdConfigVersion.cmake lib/libhvd_ops.so lib/libhvd_core.so; do
   [[ -e "$work/prefix/$f" ]] || { echo "FAIL: $f is not installed" >&2; exit 1; }
 done
 build_and_run "$work/prefix" install

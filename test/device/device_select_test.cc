@@ -12,27 +12,39 @@
 
 using namespace hvd;
 
-TEST_CASE("the build reports whether it has NCCL", "[mpi]") {
-  REQUIRE(hvd::nccl_built() == (HVD_HAVE_NCCL != 0));
-  REQUIRE(hvd::cuda_built() == (HVD_HAVE_NCCL != 0));
-  // NCCL_VERSION_CODE of the headers built against (2.28.9: 22809), as Horovod's nccl_built().
-  if (HVD_HAVE_NCCL) {
-    REQUIRE(hvd::nccl_version() >= 2000);
-  } else {
-    REQUIRE(hvd::nccl_version() == 0);
-  }
+TEST_CASE("the process reports whether its GPU module is loaded, and why not", "[mpi]") {
+  const GpuSupport g = hvd::gpu_support();
+  std::printf("GPU support: loaded %d, module '%s', NCCL %d, reason '%s'\n", g.loaded ? 1 : 0,
+              g.module.c_str(), g.nccl_version, g.reason.c_str());
+  REQUIRE(hvd::nccl_built() == g.loaded);
+  REQUIRE(hvd::cuda_built() == g.loaded);
+  // The loaded NCCL's version code (2.28.9: 22809), as Horovod's nccl_built(); 0 without.
+  REQUIRE(hvd::nccl_version() == g.nccl_version);
+#if HVD_HAVE_NCCL
+  // The module is built next to libhvd_ops.so; this machine has the CUDA runtime and NCCL it
+  // links, so it loads, device or not.
+  REQUIRE(g.loaded);
+  REQUIRE(g.nccl_version >= 21000);
+  REQUIRE(g.module.find("/libhvd_nccl.so") != std::string::npos);
+#else
+  REQUIRE_FALSE(g.loaded);
+  REQUIRE(g.nccl_version == 0);
+  REQUIRE_THAT(g.reason, Catch::Contains("no GPU support"));
+#endif
+  if (g.loaded && g.devices == 0) REQUIRE_THAT(g.reason, Catch::Contains("no usable CUDA device"));
 }
 
 TEST_CASE("add_device_executor gives an executor or a reason", "[mpi]") {
   core::RuntimeParts parts;
   ops::add_device_executor(&parts, MPI_COMM_WORLD, core::Config{}, 0);
   if (parts.device_executor) {
-    REQUIRE(HVD_HAVE_NCCL == 1);
+    REQUIRE(hvd::gpu_support().devices > 0);
     REQUIRE(parts.device_executor->name() == "nccl");
   } else {
 #if HVD_HAVE_NCCL
     // Without a GPU or driver the CUDA probe fails: that means "no device", not a crash.
     REQUIRE_THAT(parts.no_device_reason, Catch::Contains("no usable CUDA device"));
+    REQUIRE_THAT(parts.no_device_reason, Catch::Contains("GPU module is loaded"));
 #else
     REQUIRE_THAT(parts.no_device_reason, Catch::Contains("no GPU support"));
 #endif

@@ -2,12 +2,30 @@
 // [gpu] tier through the public API: device tensors go to the NCCL executor, inputs are read
 // only after the producer's stream wrote them, errors reach the caller as hvd::Error.
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <string>
 
 #include "gpu_test_util.h"
 #include "hvd/hvd.h"
 
 using namespace hvd;
+
+TEST_CASE("the GPU module loads with this host's CUDA runtime and NCCL", "[gpu]") {
+  // Not skipped without a device: loading needs only the libraries (the bundle's selftest
+  // runs it with the toolkit hidden, the CUDA runtime carried and NCCL from NCCL_LIB_DIR).
+  const GpuSupport g = hvd::gpu_support();
+  std::printf("GPU module %s: loaded %d, NCCL %d, CUDA runtime %d, devices %d, reason '%s'\n",
+              g.module.c_str(), g.loaded ? 1 : 0, g.nccl_version, g.cuda_runtime_version, g.devices,
+              g.reason.c_str());
+  INFO(g.reason);
+  REQUIRE(g.loaded);
+  REQUIRE(hvd::nccl_built());
+  REQUIRE(g.nccl_version >= 21000);  // 2.10 or later
+  REQUIRE(g.cuda_runtime_version >= 11000);
+  REQUIRE(g.module.find("libhvd_nccl.so") != std::string::npos);
+  REQUIRE((g.devices > 0) == gputest::have_gpu());
+  if (g.devices == 0) REQUIRE_THAT(g.reason, Catch::Contains("no usable CUDA device"));
+}
 
 TEST_CASE("gpu allreduce waits for the producer's stream", "[gpu]") {
   HVD_GPU_OR_SKIP();

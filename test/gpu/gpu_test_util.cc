@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <map>
+#include <stdexcept>
 #include <utility>
 
 namespace hvd::gputest {
@@ -108,9 +109,14 @@ std::vector<double> download(DataType t, const void* dev, size_t n) {
 }
 
 Harness::Harness(ops::nccl::NcclOptions o) {
-  static std::map<std::pair<bool, bool>, std::shared_ptr<ops::nccl::NcclExecutor>> shared;
+  static std::map<std::pair<bool, bool>, std::shared_ptr<core::Executor>> shared;
   auto& slot = shared[{o.hierarchical_allreduce, o.force_hierarchical}];
-  if (!slot) slot = std::make_shared<ops::nccl::NcclExecutor>(MPI_COMM_WORLD, o);
+  if (!slot) {
+    // The executor of the GPU module, loaded as a user's process loads it.
+    const ops::GpuModuleState& m = ops::gpu_module();
+    if (m.api == nullptr) throw std::runtime_error("the GPU module did not load: " + m.reason);
+    slot = m.api->make_executor(MPI_COMM_WORLD, o);
+  }
   ex = slot;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hvd/core/executor.h"
+#include "hvd/ops/gpu_module.h"
 #include "hvd/ops/nccl/nccl_executor.h"
 
 namespace hvd::gputest {
@@ -72,7 +73,7 @@ struct Harness {
   /// Launches `r` without waiting: *done finishes when the device has run it.
   Status launch(const core::Response& r, std::shared_ptr<core::Completion>* done);
 
-  std::shared_ptr<ops::nccl::NcclExecutor> ex;
+  std::shared_ptr<core::Executor> ex;  ///< made by the GPU module
   std::vector<std::unique_ptr<core::TensorEntry>> entries;
   std::vector<std::unique_ptr<DevBuf>> allocated;
 };

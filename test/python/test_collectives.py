@@ -72,6 +72,21 @@ def test_build_facts_are_horovods_types():
     assert len({hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product, hvd.Adasum}) == 6
 
 
+def test_gpu_support_says_whether_the_gpu_module_loaded_and_nccl_built_is_its_version():
+    g = hvd.gpu_support()
+    assert set(g) == {"loaded", "module", "nccl_version", "cuda_runtime_version", "devices",
+                      "reason"}
+    assert hvd.nccl_built() == g["nccl_version"]
+    assert hvd.cuda_built() == g["loaded"]
+    if g["loaded"]:
+        # NCCL 2.x: version code major*10000 + minor*100 + patch (2.28.9 -> 22809).
+        assert 21000 <= hvd.nccl_built() < 30000, g
+        assert g["module"].endswith("/libhvd_nccl.so"), g
+        assert g["devices"] > 0 or "no usable CUDA device" in g["reason"], g
+    else:
+        assert hvd.nccl_built() == 0 and g["reason"], g
+
+
 # ---- allreduce --------------------------------------------------------------------------
 
 def ar_value(q, i, dtype, op):

@@ -75,12 +75,28 @@ int cross_size();
 bool mpi_threads_supported();
 
 bool mpi_built();
+/// True when this process loaded hvd's GPU module (libhvd_nccl.so, with the CUDA runtime and
+/// NCCL it needs); it says nothing about devices (gpu_support() does). Same for cuda_built().
 bool nccl_built();
-/// The NCCL version this build was compiled against as NCCL_VERSION_CODE (e.g. 22809 for
-/// 2.28.9, as Horovod's nccl_built() returns); 0 when built without NCCL.
+/// The version code of the NCCL the GPU module loaded (e.g. 22809 for 2.28.9, as Horovod's
+/// nccl_built() returns); 0 when the module is not loaded (see gpu_support()).
 int nccl_version();
 bool cuda_built();
 bool torch_built();
+
+/// GPU support of this process. hvd's NCCL/CUDA executors are a module loaded at run time (at
+/// init(), or by the first call of this function) from the directory of libhvd_ops.so, so one
+/// package serves CPU and GPU hosts; this says whether it loaded, which NCCL and CUDA runtime
+/// it found, how many devices it sees, and otherwise why not (see docs/gpu.md).
+struct GpuSupport {
+  bool loaded = false;           ///< the GPU module is loaded (nccl_built())
+  std::string module;            ///< its path (loaded or looked for); empty: no module built
+  int nccl_version = 0;          ///< of the NCCL loaded (e.g. 22809 for 2.28.9); 0: not loaded
+  int cuda_runtime_version = 0;  ///< e.g. 13000 for 13.0; 0: not loaded
+  int devices = 0;               ///< usable CUDA devices
+  std::string reason;            ///< why GPU collectives are unavailable; empty when available
+};
+GpuSupport gpu_support();
 
 /// Asynchronous collectives. Names identify a collective across ranks and must be unique among
 /// this rank's pending operations; an empty name gets a deterministic automatic one (the same

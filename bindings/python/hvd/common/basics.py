@@ -235,9 +235,16 @@ def gloo_built():
 
 
 def nccl_built():
-    """The NCCL version code this build was compiled against (e.g. 22809 for 2.28.9), as
-    Horovod returns; 0 when built without NCCL."""
+    """The version code of the NCCL that hvd's GPU module loaded (e.g. 22809 for 2.28.9), as
+    Horovod returns it; 0 when the module is not loaded (see gpu_support())."""
     return _core.nccl_version()
+
+
+def gpu_support():
+    """Whether hvd's GPU module is loaded, which NCCL and CUDA runtime it found, how many
+    devices it sees, and otherwise why not: a dict (loaded, module, nccl_version,
+    cuda_runtime_version, devices, reason)."""
+    return _core.gpu_support()
 
 
 def ddl_built():

@@ -20,7 +20,7 @@ from hvd import _core
 from hvd.common.basics import (  # noqa: F401
     Adasum, Average, Max, Min, Product, ProcessSet, Sum, add_process_set, ccl_built, cross_rank,
     cross_size, cuda_built, ddl_built, get_process_set_ids_and_ranks, gloo_built, gloo_enabled,
-    global_process_set, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+    global_process_set, gpu_support, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
     mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set, rocm_built,
     shutdown, size, start_timeline, stop_timeline, _set_id)
 from hvd.common.handles import (  # noqa: F401
@@ -336,7 +336,7 @@ __all__ = [
     "allreduce_", "allreduce_async", "allreduce_async_", "alltoall", "alltoall_async", "barrier",
     "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "ccl_built", "cross_rank",
     "cross_size", "cuda_built", "ddl_built", "get_process_set_ids_and_ranks", "gloo_built",
-    "gloo_enabled", "global_process_set", "grouped_allgather", "grouped_allgather_async",
+    "gloo_enabled", "global_process_set", "gpu_support", "grouped_allgather", "grouped_allgather_async",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
     "grouped_allreduce_async_", "grouped_reducescatter", "grouped_reducescatter_async", "init",
     "is_homogeneous", "is_initialized", "join", "local_rank", "local_size", "mpi_built",

@@ -7,7 +7,7 @@ hvd's C++ runtime as (pointer, dtype, shape, device, stream).
 from hvd.common.basics import (  # noqa: F401
     Adasum, Average, Max, Min, Product, ProcessSet, Sum, add_process_set, ccl_built,
     cross_rank, cross_size, cuda_built, ddl_built, get_process_set_ids_and_ranks, gloo_built,
-    gloo_enabled, global_process_set, init, is_homogeneous, is_initialized, local_rank,
+    gloo_enabled, global_process_set, gpu_support, init, is_homogeneous, is_initialized, local_rank,
     local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
     remove_process_set, rocm_built, shutdown, size, start_timeline, stop_timeline)
 from hvd.common.exceptions import (  # noqa: F401
