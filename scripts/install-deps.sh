@@ -12,7 +12,7 @@ PKGS=(
   clang-format clang-tidy
   clang libclang-rt-14-dev
   libtorch-dev
-  python3 python3-dev python3-torch python3-pytest python3-numpy python3-mpi4py pybind11-dev
+  python3 python3-dev python3-torch python3-torchvision python3-pytest python3-numpy python3-mpi4py pybind11-dev
   libdlpack-dev
   slurm-wlm munge
   debootstrap

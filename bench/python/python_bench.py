@@ -3,13 +3,16 @@
 
     mpirun -np 2 --bind-to none /usr/bin/python3 bench/python/python_bench.py \
         [--cpp hvd_bench.txt] [--steps 30] [--iters 30] [--only train|allreduce]
-        [--case 64x16Ki] [--repeat N]
+        [--case 64x16Ki] [--repeat N] [--models cnn,mlp,resnet18]
 
 1. Training: samples/s of hvd.torch.DistributedOptimizer against DistributedDataParallel
-   (gloo), torch.set_num_threads(1) per rank, batch 64 per rank: a small CNN (~0.56M
-   parameters, 10 tensors) and a deep MLP (24 x Linear(256, 256) + Linear(256, 10), ~1.6M
-   parameters, 50 tensors). Each number is the median step time over --steps steps and
-   alternating rounds (hvd, DDP, hvd, DDP).
+   (gloo) and against no-comm (every rank trains the same model with the plain optimizer at
+   the same time and communicates nothing: the limit of any data-parallel framework on this
+   machine), torch.set_num_threads(1) per rank: a small CNN (~0.56M parameters, 10 tensors,
+   batch 64 per rank), a deep MLP (24 x Linear(256, 256) + Linear(256, 10), ~1.6M parameters,
+   50 tensors, batch 64 per rank) and torchvision's ResNet-18 (11.2M parameters, 62 tensors,
+   64x64 inputs, batch 16 per rank). Each number is the median step time over --steps steps
+   and alternating rounds (hvd, DDP, no-comm, hvd, DDP, no-comm). --models picks some.
 2. Allreduce (Sum, float32) of K tensors of S floats: hvd.torch's allreduce_async_ per tensor +
    synchronize, grouped_allreduce_, and gloo's K all_reduce(async_op=True) + wait; medians of
    the slowest rank, compared with the C++ API's figures from hvd_bench (--cpp: its output).
@@ -57,7 +60,15 @@ def deep_mlp():
     return nn.Sequential(*layers, nn.Linear(256, 10))
 
 
-MODELS = {"cnn": (SmallCNN, (1, 28, 28)), "mlp": (deep_mlp, (256,))}
+def resnet18():
+    import torchvision  # Debian: python3-torchvision (scripts/install-deps.sh)
+    return torchvision.models.resnet18(num_classes=10)
+
+
+# name -> (constructor, input shape, batch per rank)
+MODELS = {"cnn": (SmallCNN, (1, 28, 28), BATCH), "mlp": (deep_mlp, (256,), BATCH),
+          "resnet18": (resnet18, (3, 64, 64), 16)}
+IMPLS = ("hvd", "ddp", "none")  # none: no-comm, the plain optimizer on every rank
 
 
 def slowest(ms):
@@ -67,13 +78,16 @@ def slowest(ms):
 
 
 def train_steps(kind, impl, steps):
-    make, shape = MODELS[kind]
+    make, shape, batch = MODELS[kind]
     torch.manual_seed(0)
     model = make()
     gen = torch.Generator().manual_seed(1234 + hvd.rank())
-    xs = [torch.randn((BATCH,) + shape, generator=gen) for _ in range(4)]
-    ys = [torch.randint(0, 10, (BATCH,), generator=gen) for _ in range(4)]
-    if impl == "hvd":
+    xs = [torch.randn((batch,) + shape, generator=gen) for _ in range(4)]
+    ys = [torch.randint(0, 10, (batch,), generator=gen) for _ in range(4)]
+    if impl == "none":
+        net = model
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    elif impl == "hvd":
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                        named_parameters=model.named_parameters())
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -94,27 +108,28 @@ def train_steps(kind, impl, steps):
     return times
 
 
-def bench_train(steps):
+def bench_train(steps, models):
     rows = []
-    for kind in MODELS:
-        res = {"hvd": [], "ddp": []}
+    for kind in models:
+        res = {impl: [] for impl in IMPLS}
         for _ in range(2):
-            for impl in ("hvd", "ddp"):
+            for impl in IMPLS:
                 res[impl] += train_steps(kind, impl, steps)
-        n = hvd.size() * BATCH
-        hvd_sps = n / statistics.median(res["hvd"]) * 1e3
-        ddp_sps = n / statistics.median(res["ddp"]) * 1e3
-        rows.append((kind, hvd_sps, ddp_sps))
+        n = hvd.size() * MODELS[kind][2]
+        sps = {impl: n / statistics.median(res[impl]) * 1e3 for impl in IMPLS}
+        rows.append((kind, sps))
     if hvd.rank() == 0:
-        params = {k: sum(p.numel() for p in MODELS[k][0]().parameters()) for k in MODELS}
-        tensors = {k: len(list(MODELS[k][0]().parameters())) for k in MODELS}
-        print(f"training: samples/s, np={hvd.size()}, batch {BATCH}/rank, 1 thread/rank, "
-              "median step of the slowest rank")
-        print(f"{'model':<6} {'params':>9} {'tensors':>8} {'hvd.torch':>10} {'DDP gloo':>10} "
-              f"{'ratio':>7}")
-        for kind, h, d in rows:
-            print(f"{kind:<6} {params[kind]:>9} {tensors[kind]:>8} {h:>10.0f} {d:>10.0f} "
-                  f"{h / d:>6.2f}x")
+        print(f"training: samples/s, np={hvd.size()}, 1 thread/rank, median step of the slowest "
+              "rank; no-comm: the plain optimizer on every rank, no communication")
+        print(f"{'model':<9} {'params':>9} {'tensors':>8} {'batch':>6} {'hvd.torch':>10} "
+              f"{'DDP gloo':>10} {'no-comm':>10} {'hvd/DDP':>8} {'hvd/no-comm':>12}")
+        for kind, sps in rows:
+            m = MODELS[kind][0]()
+            params = sum(p.numel() for p in m.parameters())
+            tensors = len(list(m.parameters()))
+            h, d, z = sps["hvd"], sps["ddp"], sps["none"]
+            print(f"{kind:<9} {params:>9} {tensors:>8} {MODELS[kind][2]:>6} {h:>10.1f} "
+                  f"{d:>10.1f} {z:>10.1f} {h / d:>7.2f}x {h / z:>11.3f}")
         print()
 
 
@@ -219,7 +234,13 @@ def main():
     ap.add_argument("--only", choices=["train", "allreduce"], default=None)
     ap.add_argument("--case", choices=[c[2] for c in CASES], default=None)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help="comma-separated training models: " + ", ".join(MODELS))
     a = ap.parse_args()
+    models = [m for m in a.models.split(",") if m]
+    for m in models:
+        if m not in MODELS:
+            ap.error(f"--models: unknown model '{m}' (known: {', '.join(MODELS)})")
     torch.set_num_threads(1)
     hvd.init()
     import mpi4py
@@ -233,7 +254,7 @@ def main():
         bench_case(a.case, a.iters, a.repeat)
     else:
         if a.only in (None, "train"):
-            bench_train(a.steps)
+            bench_train(a.steps, models)
         if a.only in (None, "allreduce"):
             bench_allreduce(a.iters, read_cpp(a.cpp))
     dist.destroy_process_group()
