@@ -9,7 +9,7 @@
 #     CASE: 1x1Mi 64x16Ki 16x1Mi 1024x256 (hvd_bench --case) or py:LABEL (python_bench.py
 #     --case LABEL, through hvd.torch); default: the four C++ cases.
 #   Environment: RUNS (5) runs per side, ITERS (100) iterations per run, NP (2),
-#   BUILD (build) the working tree's build directory, HVD_COMPARE_CACHE (/tmp/hvd-bench-compare)
+#   BUILD (build) the working tree's build directory (NO_BUILD=1: use it as it is), HVD_COMPARE_CACHE (/tmp/hvd-bench-compare)
 #   where REV's builds are kept, one per commit, so a second comparison against it starts at
 #   once. ccache is used when installed.
 #
@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-[[ $# -ge 1 ]] || { sed -n '3,18p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n "3,19p" "$0"; exit 2; }
 REV=$1
 shift
 CASES=("$@")
@@ -69,10 +69,12 @@ if [[ ! -x $rev_dir/build/bench/hvd_bench ]] || { [[ $want_py == 1 ]] &&
   fi
 fi
 
-# The working tree.
-[[ -f $BUILD/CMakeCache.txt ]] || cmake -S . -B "$BUILD" --preset release "${launcher[@]}" >/dev/null
-cmake --build "$BUILD" --target hvd_bench -j2 >/dev/null
-if [[ $want_py == 1 ]]; then cmake --build "$BUILD" --target hvd_python_core -j2 >/dev/null; fi
+# The working tree (NO_BUILD=1: as $BUILD holds it).
+if [[ ${NO_BUILD:-0} != 1 ]]; then
+  [[ -f $BUILD/CMakeCache.txt ]] || cmake -S . -B "$BUILD" --preset release "${launcher[@]}" >/dev/null
+  cmake --build "$BUILD" --target hvd_bench -j2 >/dev/null
+  if [[ $want_py == 1 ]]; then cmake --build "$BUILD" --target hvd_python_core -j2 >/dev/null; fi
+fi
 
 # One run of CASE on build directory $1: "ms ratio loop_us caller_us" (ratio, CPU: - if absent).
 run_case() {
