@@ -142,7 +142,9 @@ TEST_CASE("a large float16 allreduce is exact and leaves no buffer of its size b
     CHECK(h.back() == static_cast<uint16_t>(one + (1 << 10)));
   }
   CAPTURE(grown);
+#ifndef __SANITIZE_ADDRESS__  // ASan's quarantine keeps MPI's freed temporaries resident
   CHECK(grown < (16 << 20));
+#endif
 }
 
 TEST_CASE("grouped allreduce runs every member with one handle", "[mpi]") {
