@@ -5,10 +5,12 @@
 //
 //   mpirun -np 2 build/examples/dcgan [epochs]
 //
-// The discriminator takes two backward passes per step (real, then fake batch), so its
-// optimizer accumulates them locally with backward_passes_per_step(2). While the generator
-// trains, the discriminator's parameters are frozen so that backward does not start reductions
-// of discriminator gradients that its optimizer would not consume.
+// Written as plain libtorch: both models name their parameters "net.0.weight", ... and each
+// optimizer gets its model's own named_parameters() (hvd makes the names unique on the wire);
+// the discriminator takes two backward passes per step (real, then fake batch) and its
+// gradients accumulate as in one process; the generator's loss back-propagates through the
+// discriminator too, whose gradients its next zero_grad() discards. No prefixes, no
+// backward_passes_per_step, no freezing.
 #include <torch/torch.h>
 
 #include <cmath>
@@ -67,10 +69,6 @@ torch::Tensor stripes(int64_t n) {
   return torch::sin(diag + phase);
 }
 
-void set_requires_grad(torch::nn::Module& m, bool on) {
-  for (auto& p : m.parameters()) p.requires_grad_(on);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,10 +88,8 @@ int main(int argc, char** argv) {
                             torch::optim::AdamOptions(1e-3).betas({0.5, 0.999}));
   hvd::broadcast_optimizer_state(g_adam, 0);
   hvd::broadcast_optimizer_state(d_adam, 0);
-  // Both models name their parameters "net.0.weight", ...: prefix them to keep names unique.
-  hvd::DistributedOptimizer g_opt(g_adam, hvd::prefixed("G.", generator->named_parameters()));
-  hvd::DistributedOptimizer d_opt(d_adam, hvd::prefixed("D.", discriminator->named_parameters()),
-                                  hvd::DistributedOptimizerOptions().backward_passes_per_step(2));
+  hvd::DistributedOptimizer g_opt(g_adam, generator->named_parameters());
+  hvd::DistributedOptimizer d_opt(d_adam, discriminator->named_parameters());
 
   for (int epoch = 1; epoch <= epochs; ++epoch) {
     torch::data::samplers::DistributedRandomSampler sampler(images.size(0), hvd::size(),
@@ -119,11 +115,9 @@ int main(int argc, char** argv) {
 
       // Generator: make the discriminator call its samples real.
       g_opt.zero_grad();
-      set_requires_grad(*discriminator, false);
       torch::Tensor g_loss =
           torch::binary_cross_entropy(discriminator->forward(fake), torch::ones({b}));
       g_loss.backward();
-      set_requires_grad(*discriminator, true);
       g_opt.step();
 
       d_sum += (d_real + d_fake).item<double>();

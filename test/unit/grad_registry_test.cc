@@ -5,7 +5,9 @@
 #include "hvd/optim/grad_registry.h"
 
 #include <catch2/catch.hpp>
+#include <functional>
 #include <optional>
+#include <utility>
 
 using Catch::Matchers::Contains;
 using hvd::optim::EntryList;
@@ -47,10 +49,12 @@ struct Frontend : GradFrontend {
   float others = 0;
   int size = 2;
   std::vector<std::string> names;
+  std::function<void()> on_submit;  ///< runs inside the registry's lock (a GC finalizer, say)
   hvd::Result<std::shared_ptr<GradReduction>> submit(const std::vector<GradParam*>& params,
                                                      const std::string& name, bool,
                                                      const ReduceSettings& s) override {
     names.push_back(name);
+    if (on_submit) std::exchange(on_submit, nullptr)();
     for (GradParam* p : params) {
       auto* x = static_cast<Scalar*>(p);
       float sum = x->grad.value_or(0.f) + others;
@@ -210,4 +214,20 @@ TEST_CASE("registry: the last owner's removal detaches the hooks", "[unit]") {
   f.reg.remove(1, b);
   CHECK(!p->attached);
   CHECK(!f.reg.has_live_name("w"));
+}
+
+TEST_CASE("registry: a removal asked for inside one of its callbacks runs after it", "[unit]") {
+  Fixture f;
+  auto a = f.add(0, {{"w", 1}});
+  auto b = f.add(1, {{"v", 2}});
+  Scalar* v = f.params.back();
+  // Python's garbage collector may finalize another optimizer while the frontend runs Python
+  // code under the registry's lock: the removal must neither deadlock nor run in the middle.
+  f.fe.on_submit = [&] {
+    f.reg.remove(1, b);
+    CHECK(v->attached);  // deferred
+  };
+  f.pass(a[0], 1);
+  CHECK(!v->attached);
+  CHECK(!f.reg.has_live_name("v"));
 }

@@ -137,7 +137,23 @@ Result<EntryList> GradRegistry::add(int64_t owner, const std::string& label,
 }
 
 void GradRegistry::remove(int64_t owner, const EntryList& entries) {
+  if (holder_.load() == std::this_thread::get_id()) {
+    deferred_.emplace_back(owner, entries);  // inside a callback of this registry: see Lock
+    return;
+  }
   Lock lk(*this);
+  remove_locked(lk, owner, entries);
+}
+
+void GradRegistry::drain_deferred(Lock& lk) {
+  while (!deferred_.empty()) {
+    auto [owner, entries] = std::move(deferred_.back());
+    deferred_.pop_back();
+    remove_locked(lk, owner, entries);
+  }
+}
+
+void GradRegistry::remove_locked(Lock& lk, int64_t owner, const EntryList& entries) {
   for (const auto& e : entries) {
     auto& o = e->owners;
     o.erase(std::remove_if(o.begin(), o.end(), [owner](const auto& x) { return x.first == owner; }),
@@ -150,12 +166,17 @@ void GradRegistry::remove(int64_t owner, const EntryList& entries) {
       // The gradient must outlive its reduction.
       (void)wait_and_finish(lk, {{e, e->reduction}});
     }
-    queued_.erase(std::remove_if(queued_.begin(), queued_.end(),
-                                 [&e](const auto& q) {
-                                   return std::find(q.first.begin(), q.first.end(), e) !=
-                                          q.first.end();
-                                 }),
-                  queued_.end());
+    for (auto q = queued_.begin(); q != queued_.end();) {
+      if (std::find(q->first.begin(), q->first.end(), e) == q->first.end()) {
+        ++q;
+        continue;
+      }
+      for (const auto& m : q->first) {  // queued with it: back to a fresh round
+        m->param->drop_stash();
+        start_round(*m);
+      }
+      q = queued_.erase(q);
+    }
     e->param->detach();
     if (e->group) {
       for (auto& m : e->group->members) {

@@ -33,6 +33,7 @@
 // are an error.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -40,6 +41,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -201,6 +203,8 @@ class GradRegistry {
   Status submit(const EntryList& entries, const std::string& group_name);
   bool group_ready(const GradEntry::Group& g) const;
   Waits in_flight(const EntryList& entries) const;
+  void remove_locked(Lock& lk, int64_t owner, const EntryList& entries);
+  void drain_deferred(Lock& lk);
   /// Waits for `waits` (lock released meanwhile, `lk` re-taken) and finishes them.
   Status wait_and_finish(Lock& lk, const Waits& waits);
 
@@ -214,6 +218,9 @@ class GradRegistry {
   size_t queued_bytes_ = 0;
   bool end_of_pass_queued_ = false;
   std::map<std::string, int64_t> submissions_;
+  std::atomic<std::thread::id> holder_{};                ///< the thread holding mu_
+  std::vector<std::pair<int64_t, EntryList>> deferred_;  ///< removals asked for by holder_
+  bool draining_ = false;
 };
 
 }  // namespace hvd::optim
