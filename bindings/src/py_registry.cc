@@ -102,8 +102,7 @@ class PyFrontend : public optim::GradFrontend {
   void finish(GradParam& p, GradReduction& r, size_t index, bool ok) override {
     try {
       const pyb::object& result = static_cast<PyReduction&>(r).result();
-      static_cast<PyGradParam&>(p).slot().attr("finish")(result ? result : pyb::none(), index,
-                                                         ok);
+      static_cast<PyGradParam&>(p).slot().attr("finish")(result ? result : pyb::none(), index, ok);
     } catch (pyb::error_already_set& e) {
       e.discard_as_unraisable("finish");
     }
