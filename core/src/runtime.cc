@@ -351,11 +351,7 @@ void Runtime::abort(const Status& s) {
     }
     outstanding_.clear();
     for (auto& kv : table_) {
-      const bool executing = std::find(executing_.begin(), executing_.end(), &kv.second) !=
-                             executing_.end();  // run() completes it once the executor returns
-      if (kv.second.active && !executing) {
-        finished.add(kv.second.handle, about(kv.second.request, s));
-      }
+      if (kv.second.active) finished.add(kv.second.handle, about(kv.second.request, s));
     }
     cv_.notify_all();
     exit_cv_.notify_all();  // a shutdown() waiting for the loop stops waiting for good

@@ -235,10 +235,6 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   } else {
     Executor* ex = r.device.kind == DeviceKind::kHost ? parts_.host_executor.get()
                                                       : parts_.device_executor.get();
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      executing_.assign(mine.begin(), mine.end());
-    }
     if (ex) {
       Status thrown = guarded(
           [&] { return describe(r.op, r.names.front()) + ": the " + ex->name() + " executor"; },
@@ -288,7 +284,6 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   Finished finished(mine.size());
   {
     std::lock_guard<std::mutex> lk(mu_);
-    executing_.clear();
     if (pending) {
       outstanding_.erase(
           std::remove_if(outstanding_.begin(), outstanding_.end(),

@@ -3,7 +3,6 @@
 // process_set() shares ownership, and collectives racing shutdown() fail cleanly (run under
 // TSan and ASan by scripts/run-tests.sh).
 #include <condition_variable>
-#include <cstring>
 #include <thread>
 
 #include "local_cluster.h"
@@ -64,54 +63,7 @@ std::shared_ptr<Runtime> make_runtime(std::shared_ptr<LocalHub> neg, std::shared
   return std::make_shared<Runtime>(Config{}, std::move(parts));
 }
 
-// A one-rank executor that, once the gate opens, writes into the output and only then lets go
-// of it (`left`): a collective an abort catches half way.
-class GatedExecutor : public core::Executor {
- public:
-  GatedExecutor(std::shared_ptr<Gate> g, std::atomic<bool>* left)
-      : gate_(std::move(g)), left_(left) {}
-  Status execute(const core::Response& /*r*/,
-                 const std::vector<core::TensorEntry*>& entries) override {
-    ++gate_->entered;
-    {
-      std::unique_lock<std::mutex> lk(gate_->mu);
-      gate_->cv.wait(lk, [&] { return gate_->open; });
-    }
-    for (auto* e : entries) std::memset(e->output.data, 0, e->output.bytes());
-    left_->store(true);
-    return Status::OK();
-  }
-  std::string name() const override { return "gated"; }
-
- private:
-  std::shared_ptr<Gate> gate_;
-  std::atomic<bool>* left_;
-};
-
 }  // namespace
-
-TEST_CASE("an abort completes a collective being executed only once the executor let go",
-          "[local]") {
-  auto gate = std::make_shared<Gate>();
-  std::atomic<bool> left{false};
-  core::RuntimeParts parts{std::make_unique<LocalTransport>(std::make_shared<LocalHub>(1), 0),
-                           std::make_unique<GatedExecutor>(gate, &left), nullptr};
-  auto rt = std::make_shared<Runtime>(Config{}, std::move(parts));
-  rt->start();
-  Tensor<float> t({1.f, 2.f});
-  Handle h = submit(*rt, "x", t);
-  REQUIRE(eventually([&] { return gate->entered.load() > 0; }));  // inside the executor
-  std::thread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    gate->release();
-  });
-  rt->abort(aborted("peer 1 is gone (test)"));
-  (void)await(h, "x");
-  // The user may free the tensor now: the executor must be done with it.
-  CHECK(left.load());
-  opener.join();
-  rt->shutdown();
-}
 
 TEST_CASE("a background thread left stuck by shutdown() keeps its runtime alive", "[local]") {
   auto gate = std::make_shared<Gate>();

@@ -56,10 +56,18 @@ WORK=$(mktemp -d /var/tmp/hvd-slurm.XXXXXX)
 chmod 755 "$WORK"
 if [[ $TWO_HOSTS == 1 ]]; then
   # A build under /tmp (a CI clone) is hidden by the fake hosts' private /tmp: run copies of the
-  # programs from $WORK, which every host sees (hvd's libraries are static: they are
-  # self-contained apart from system libraries).
+  # programs from $WORK, which every host sees, with copies of hvd's shared libraries (and the
+  # GPU module beside them, when built) found through LD_LIBRARY_PATH, which srun passes on.
   mkdir -p "$WORK/bin"
   cp "$HVDRUN" "$PROBE" ${AUTOENC:+"$AUTOENC"} "$WORK/bin/"
+  for lib in $(ldd "$PROBE" ${AUTOENC:+"$AUTOENC"} | awk '$1 ~ /^libhvd_/ && $3 ~ /^\// {print $3}' |
+               sort -u); do
+    cp "$lib" "$WORK/bin/"
+    if [[ -e $(dirname "$lib")/libhvd_nccl.so ]]; then
+      cp "$(dirname "$lib")/libhvd_nccl.so" "$WORK/bin/"
+    fi
+  done
+  export LD_LIBRARY_PATH="$WORK/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   HVDRUN="$WORK/bin/$(basename "$HVDRUN")" PROBE="$WORK/bin/$(basename "$PROBE")"
   [[ -n "$AUTOENC" ]] && AUTOENC="$WORK/bin/$(basename "$AUTOENC")"
   cd "$WORK"

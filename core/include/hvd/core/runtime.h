@@ -114,8 +114,6 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// down", or the stop status), never a crash.
   void shutdown();
   /// Fails every pending handle and every later call with `s` (fatal transport error, dead peer).
-  /// Handles whose collective an executor is running complete when it returns (the user's
-  /// tensors are not let go while it may still write them).
   void abort(const Status& s);
   /// One negotiation round plus execution. Returns false once the runtime has stopped.
   bool run_once();
@@ -211,9 +209,6 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   size_t active_ = 0;                // mu_: active slots
   // mu_: device work handed to handles (pruned as it finishes): an abort fails what is left.
   std::vector<std::weak_ptr<Completion>> outstanding_;
-  // mu_: this rank's entries of the response run() is executing: an abort leaves them to
-  // run(), which completes them once the executor let go of their tensors.
-  std::vector<TensorEntry*> executing_;
   static constexpr size_t kMaxTable = 8192;     // idle slots kept (at least; see drop_idle_slots)
   std::vector<TensorEntry*> fresh_;             // loop: this round's new entries
   std::vector<const Request*> ready_requests_;  // loop: execute_cached scratch
