@@ -2,26 +2,25 @@
 // The launcher's flow: parse, plan, preflight, build the mpirun command, supervise.
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
 
+#include "elastic_job.h"
 #include "hvd/runner/cli.h"
 #include "hvd/runner/control_server.h"
-#include "hvd/runner/elastic.h"
 #include "hvd/runner/errors.h"
 #include "hvd/runner/hosts.h"
-#include "hvd/runner/interfaces.h"
 #include "hvd/runner/launch_command.h"
 #include "hvd/runner/local_system.h"
 #include "hvd/runner/modes.h"
-#include "hvd/runner/preflight.h"
 #include "hvd/runner/slurm.h"
 #include "hvd/runner/supervisor.h"
+#include "network_setup.h"
 
 extern char** environ;
 
@@ -88,44 +87,7 @@ void print_plan(const std::vector<HostSlots>& used, bool all_local) {
   }
 }
 
-// Elastic mode: one mpirun per generation until one succeeds or the policy gives up
-// (elastic.h); the ranks' committed state lives in /dev/shm between generations.
-int run_generations(boost::asio::io_context& io, ControlServer& server, const LaunchSpec& spec,
-                    SuperviseConfig sc, const Options& o, const std::string& token) {
-  const std::string dir = "/dev/shm/hvd-elastic-" + token;
-  int resets = 0;
-  int code = kExitLaunch;
-  for (int generation = 0;; ++generation) {
-    LaunchSpec g = spec;
-    for (auto& e : elastic_env(dir, generation)) g.env.push_back(e);
-    sc.mpirun_argv = build_mpirun_command(g);
-    sc.elastic = true;
-    if (o.verbose)
-      std::cerr << "hvdrun: generation " << generation << ": " << shell_join(sc.mpirun_argv)
-                << "\n";
-    std::cerr << std::flush;
-    GenerationOutcome outcome;
-    supervise(io, server, sc, &outcome);
-    ElasticDecision d = decide_after_generation(outcome, resets, o.reset_limit);
-    if (!d.message.empty()) std::cerr << d.message << "\n" << std::flush;
-    code = d.exit_code;
-    if (d.step != NextStep::kRestart) break;
-    ++resets;
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  return code;
-}
-
-int launch(const Options& o) {
-  const std::string own = local_hostname();
-  std::optional<SlurmAllocation> alloc;
-  if (!o.no_slurm) alloc = slurm_allocation(read_slurm_env());
-  const SlurmPlan plan = plan_hosts(o, alloc, own);
-  const int np = plan.np;
-  auto used = assign_slots(plan.hosts, np);
-  const std::string cwd = current_directory();
-  const std::string path = getenv_or("PATH", "/usr/bin:/bin");
+void check_program(const Options& o, const std::string& cwd, const std::string& path) {
   if (find_program(o.command[0], cwd, path).empty()) {
     throw UsageError("program '" + o.command[0] + "' not found " +
                      (o.command[0][0] == '/' ? std::string("(or not executable)")
@@ -134,6 +96,83 @@ int launch(const Options& o) {
                           : std::string("in PATH")) +
                      "; check the path, build it first, or give its full path");
   }
+}
+
+std::vector<std::string> environ_entries() {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) out.emplace_back(*e);
+  return out;
+}
+
+// Elastic mode: the host source and limits, then generations (elastic_job.h).
+int launch_elastic(const Options& o, const std::optional<SlurmAllocation>& alloc,
+                   const std::string& own, const std::string& cwd, const std::string& path) {
+  ElasticJob job;
+  job.options = o;
+  job.max_np = o.max_np > 0 ? o.max_np : o.np;
+  if (o.host_discovery_script.empty()) {
+    auto requested = read_requested_hosts(o);
+    if (alloc) {
+      auto plan = plan_in_allocation(*alloc, o.np, requested, own);
+      job.static_hosts = plan.hosts;
+      if (o.max_np == 0) job.max_np = plan.np;
+    } else if (!requested.empty()) {
+      job.static_hosts = requested;
+    } else {
+      const int slots = std::max(o.np, o.max_np);
+      if (slots == 0) {
+        throw UsageError(
+            "elastic mode on this machine needs -np N or --max-np N (the slots); "
+            "for other hosts give -H, --hostfile or --host-discovery-script");
+      }
+      job.static_hosts = {{"localhost", slots}};
+    }
+    const std::string own_short = own.substr(0, own.find('.'));
+    job.this_machine_only = true;
+    for (const auto& h : job.static_hosts) {
+      job.this_machine_only =
+          job.this_machine_only && (is_local_host(h.name, own) || h.name == own_short);
+    }
+  }
+  if (o.dry_run) {
+    std::cerr << "hvdrun: elastic: hosts "
+              << (job.static_hosts.empty() ? "from " + o.host_discovery_script
+                                           : format_host_list(job.static_hosts))
+              << ", --min-np " << o.min_np << ", --max-np "
+              << (job.max_np > 0 ? std::to_string(job.max_np) : std::string("every slot"))
+              << " (nothing started with --dry-run)\n";
+    return kExitOk;
+  }
+  job.in_slurm_allocation = alloc.has_value();
+  job.own_hostname = own;
+  job.self = self_executable();
+  job.cwd = cwd;
+  job.path = path;
+  job.token = random_token();
+  char grace[32];
+  std::snprintf(grace, sizeof grace, "%g", o.grace_period_s);
+  job.grace = grace;
+  job.environ_entries = environ_entries();
+  boost::asio::io_context io;
+  ControlServer server(io, job.token);
+  server.start();
+  return run_elastic_job(io, server, job);
+}
+
+int launch(const Options& o) {
+  const std::string own = local_hostname();
+  std::optional<SlurmAllocation> alloc;
+  if (!o.no_slurm) alloc = slurm_allocation(read_slurm_env());
+  const std::string cwd = current_directory();
+  const std::string path = getenv_or("PATH", "/usr/bin:/bin");
+  if (o.elastic()) {
+    check_program(o, cwd, path);
+    return launch_elastic(o, alloc, own, cwd, path);
+  }
+  const SlurmPlan plan = plan_hosts(o, alloc, own);
+  const int np = plan.np;
+  auto used = assign_slots(plan.hosts, np);
+  check_program(o, cwd, path);
   const std::string own_short = own.substr(0, own.find('.'));
   std::vector<std::string> remote;
   for (const auto& h : used) {
@@ -147,8 +186,7 @@ int launch(const Options& o) {
   }
   const std::string self = self_executable();
   const std::string token = random_token();
-  std::vector<std::string> environ_entries;
-  for (char** e = environ; *e != nullptr; ++e) environ_entries.emplace_back(*e);
+  const std::vector<std::string> env_entries = environ_entries();
 
   LaunchSpec spec;
   spec.np = np;
@@ -174,7 +212,7 @@ int launch(const Options& o) {
       std::cerr << "hvdrun: (the preflight would check " << remote.size()
                 << " remote host(s) and choose the network; not run with --dry-run)\n";
     }
-    spec.env = forwarded_env(o, environ_entries, nccl_names);
+    spec.env = forwarded_env(o, env_entries, nccl_names);
     spec.wrapper = {self,
                     "--rank-wrapper",
                     all_local ? "127.0.0.1:<port>" : "<master>:<port>",
@@ -189,78 +227,21 @@ int launch(const Options& o) {
   boost::asio::io_context io;
   ControlServer server(io, token);
   server.start();
-  std::vector<std::string> wrapper_addresses;
-  PreflightResult pre;
-  if (!all_local) {
-    PreflightConfig pc;
-    pc.hosts = remote;
-    pc.ssh_port = o.ssh_port;
-    pc.ssh_identity = o.ssh_identity;
-    pc.timeout_s = o.start_timeout_s;
-    pc.hvdrun_path = self;
-    pc.program = o.command[0];
-    pc.cwd = cwd;
-    pc.path_env = path;
-    auto master_ifaces = local_interfaces();
-    for (const auto& i : master_ifaces) {
-      if (!is_loopback(i)) pc.master_addresses.push_back(i.address);
-    }
-    pc.listener_port = server.port();
-    pc.token = token;
-    pre = run_preflight(io, pc);
-    std::vector<HostNetwork> nets;
-    for (const auto& h : pre.hosts) {
-      nets.push_back({h.host, h.report.interfaces, h.report.reached});
-    }
-    InterfaceChoice choice;
-    if (pre.ok()) {
-      choice = choose_interfaces(master_ifaces, nets);
-      if (!choice.error.empty() && o.network_interfaces.empty()) {
-        pre.hosts.front().problems.push_back(choice.error);
-      }
-    }
-    if (o.verbose) {
-      for (const auto& h : pre.hosts) {
-        std::fprintf(stderr, "hvdrun: preflight %s: %s in %.2f s\n", h.host.c_str(),
-                     h.problems.empty() ? "ok" : "FAILED", h.seconds);
-      }
-    }
-    if (!pre.ok()) {
-      std::cerr << format_preflight_report(pre);
-      return kExitPreflight;
-    }
-    if (o.network_interfaces.empty()) {
-      spec.mpi_interfaces = choice.cidrs;
-      nccl_names = choice.nccl_ifnames;
-      wrapper_addresses = choice.master_addresses;
-    } else {
-      // The user chose the network; wrappers use any master address every host reached.
-      for (const auto& a : pc.master_addresses) {
-        bool all = true;
-        for (const auto& n : nets) {
-          all = all && std::find(n.reached.begin(), n.reached.end(), a) != n.reached.end();
-        }
-        if (all) wrapper_addresses.push_back(a);
-      }
-    }
-    if (o.verbose) {
-      std::fprintf(stderr, "hvdrun: preflight passed for %zu host(s) in %.2f s\n", pre.hosts.size(),
-                   pre.seconds);
-    }
+  NetworkSetup net = prepare_network(io, o, {remote, server.port(), token, self, cwd, path});
+  if (!net.ok) {
+    std::cerr << net.report;
+    return kExitPreflight;
   }
-  wrapper_addresses.push_back("127.0.0.1");
-  std::string connect;
-  for (const auto& a : wrapper_addresses) {
-    connect += (connect.empty() ? "" : ",") + a + ":" + std::to_string(server.port());
-  }
-  spec.env = forwarded_env(o, environ_entries, nccl_names);
+  spec.mpi_interfaces = net.mpi_interfaces;
+  nccl_names = net.nccl_names;
+  const std::string connect = wrapper_connect_list(net.wrapper_addresses, server.port());
+  spec.env = forwarded_env(o, env_entries, nccl_names);
   spec.wrapper = {self, "--rank-wrapper", connect, token, grace, "--"};
   SuperviseConfig sc;
   sc.mpirun_argv = build_mpirun_command(spec);
   sc.np = np;
   sc.grace_s = o.grace_period_s;
   sc.verbose = o.verbose;
-  if (o.min_np > 0) return run_generations(io, server, spec, sc, o, token);
   if (o.verbose) std::cerr << "hvdrun: " << shell_join(sc.mpirun_argv) << "\n";
   std::cerr << std::flush;
   return supervise(io, server, sc);

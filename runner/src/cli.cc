@@ -72,8 +72,23 @@ void build_app(CLI::App& app, Options& o) {
   app.add_flag("--no-slurm", o.no_slurm,
                "Ignore a Slurm allocation: plan from -np/-H alone, as outside Slurm");
   app.add_option("--min-np", o.min_np,
-                 "Elastic mode: run in generations, restarting from the last commit after a "
-                 "failure (this machine only for now; docs/elastic.md)");
+                 "Elastic mode: run in generations (each on the hosts alive then), restarting "
+                 "from the last commit after a failure or a host change; start a generation once "
+                 "this many slots exist (docs/elastic.md)");
+  app.add_option("--max-np", o.max_np,
+                 "Elastic mode: at most this many ranks (default: -np, else every slot)");
+  app.add_option("--slots-per-host", o.slots_per_host,
+                 "Elastic mode: slots of a discovered host that lists none (default 1)");
+  app.add_option("--host-discovery-script", o.host_discovery_script,
+                 "Elastic mode: program printing the available hosts, one 'host[:slots]' a "
+                 "line; run every second (implies --min-np -np when --min-np is not given)");
+  app.add_option("--elastic-timeout", o.elastic_timeout,
+                 "Elastic mode: seconds to wait for --min-np slots before giving up (default 600)");
+  app.add_option("--blacklist-cooldown-range", o.blacklist_cooldown_range,
+                 "Elastic mode: MIN MAX seconds: a failed host returns after a cooldown from MIN, "
+                 "doubling with each failure, up to MAX (default: never returns)")
+      ->expected(2)
+      ->allow_extra_args(false);
   app.add_option("--reset-limit", o.reset_limit,
                  "Elastic mode: give up after this many restarts (default: no limit)");
   app.add_flag("--check-build", o.check_build,
@@ -87,19 +102,60 @@ bool valid_env_name(const std::string& name) {
   });
 }
 
+void validate_elastic(const Options& o) {
+  if (o.min_np == 0) {
+    const char* flag = o.max_np != 0                         ? "--max-np"
+                       : o.slots_per_host != 0               ? "--slots-per-host"
+                       : o.elastic_timeout                   ? "--elastic-timeout"
+                       : !o.blacklist_cooldown_range.empty() ? "--blacklist-cooldown-range"
+                                                             : nullptr;
+    if (flag) throw UsageError(std::string(flag) + " needs elastic mode: add --min-np N");
+  }
+  if (o.max_np < 0 || (o.max_np > 0 && o.max_np < o.min_np)) {
+    throw UsageError("--max-np " + std::to_string(o.max_np) + " must be at least --min-np " +
+                     std::to_string(o.min_np));
+  }
+  if (o.max_np > 0 && o.np > o.max_np) {
+    throw UsageError("-np " + std::to_string(o.np) + " is above --max-np " +
+                     std::to_string(o.max_np));
+  }
+  if (o.slots_per_host < 0) throw UsageError("--slots-per-host must be at least 1 (e.g. 4)");
+  if (o.elastic_timeout && !(*o.elastic_timeout > 0)) {
+    throw UsageError("--elastic-timeout must be a positive number of seconds (e.g. 600)");
+  }
+  if (!o.host_discovery_script.empty() && (!o.hosts.empty() || !o.hostfile.empty())) {
+    throw UsageError("--host-discovery-script and " +
+                     std::string(o.hosts.empty() ? "--hostfile" : "-H") +
+                     " both given; the script is the host source, drop the other");
+  }
+  const auto& r = o.blacklist_cooldown_range;
+  if (!r.empty() && (r.size() != 2 || !(r[0] >= 0) || !(r[1] >= r[0]))) {
+    throw UsageError(
+        "--blacklist-cooldown-range takes MIN MAX seconds with 0 <= MIN <= MAX (e.g. 10 100)");
+  }
+}
+
 void validate(Options& o, bool np_optional) {
   const std::string help = " (see hvdrun --help)";
   if (o.check_build) return;
   if (o.command.empty()) {
     throw UsageError(std::string("no program given; usage: ") + kUsage);
   }
-  if (o.np == 0 && !np_optional) {
+  if (o.np < 0) throw UsageError("-np must be at least 1 (e.g. -np 4)");
+  if (!o.host_discovery_script.empty() && o.min_np == 0) {
+    if (o.np == 0) {
+      throw UsageError(
+          "--host-discovery-script needs --min-np N (or -np N): the slots to start with");
+    }
+    o.min_np = o.np;
+  }
+  if (o.np == 0 && !np_optional && o.min_np <= 0) {
     throw UsageError("missing -np: give the number of ranks, e.g. -np 4");
   }
-  if (o.np < 0) throw UsageError("-np must be at least 1 (e.g. -np 4)");
   if (!o.hosts.empty() && !o.hostfile.empty()) {
     throw UsageError("-H and --hostfile both given; use one of them");
   }
+  validate_elastic(o);
   if (o.ssh_port < 0 || o.ssh_port > 65535) {
     throw UsageError("--ssh-port " + std::to_string(o.ssh_port) +
                      " is not a port; give 1-65535 (e.g. -p 22)");

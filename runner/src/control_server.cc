@@ -123,8 +123,10 @@ void ControlServer::accept() {
   });
 }
 
-void ControlServer::broadcast(MessageKind kind) {
-  const std::string line = format_message({kind, "", "", -1, 0});
+void ControlServer::broadcast(MessageKind kind) { broadcast(Message{kind, "", "", -1, 0}); }
+
+void ControlServer::broadcast(const Message& m) {
+  const std::string line = format_message(m);
   for (auto& [id, s] : sessions_) s->send(line);
 }
 

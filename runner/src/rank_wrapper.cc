@@ -17,6 +17,7 @@
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -73,6 +74,17 @@ bool connect_master(asio::io_context& io, tcp::socket& socket, const std::string
   return false;
 }
 
+// Writes "<seq> <bits>" to `path` through a temporary file renamed over it, so the program
+// reads the old content or the new, never a part.
+void write_hosts_file(const std::string& path, int seq, int bits) {
+  const std::string tmp = path + ".tmp";
+  const std::string text = std::to_string(seq) + " " + std::to_string(bits) + "\n";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return;
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) == 0 && ok) std::rename(tmp.c_str(), path.c_str());
+}
+
 }  // namespace
 
 int run_rank_wrapper(const std::vector<std::string>& args) {
@@ -108,13 +120,19 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
 
   // Elastic mode: the program proves it completed (returned from @hvd.elastic.run) by writing
   // this file; the wrapper reports DONE before EXIT, so the master can tell an early exit 0.
+  // hvdrun's HOSTS messages go to the program through $HVD_ELASTIC_HOSTS_FILE ("<seq> <bits>",
+  // replaced by rename), which rank 0 reads at each commit()/check_host_updates().
   std::string completion;
+  std::string hosts_file;
   if (const char* dir = std::getenv("HVD_ELASTIC_STATE_DIR")) {
     ::mkdir(dir, 0700);
-    completion =
-        std::string(dir) + "/complete." + std::to_string(rank) + "." + std::to_string(getpid());
+    const std::string me = std::to_string(rank) + "." + std::to_string(getpid());
+    completion = std::string(dir) + "/complete." + me;
+    hosts_file = std::string(dir) + "/hosts." + me;
     ::unlink(completion.c_str());
+    ::unlink(hosts_file.c_str());
     setenv("HVD_ELASTIC_COMPLETION_FILE", completion.c_str(), 1);
+    setenv("HVD_ELASTIC_HOSTS_FILE", hosts_file.c_str(), 1);
   }
 
   std::vector<char*> argv;
@@ -184,6 +202,9 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
       auto m = parse_message(line);
       if (m && m->kind == MessageKind::kTerm) stop(SIGTERM);
       if (m && m->kind == MessageKind::kKill) stop(SIGKILL);
+      if (m && m->kind == MessageKind::kHosts && !hosts_file.empty()) {
+        write_hosts_file(hosts_file, m->rank, m->value);
+      }
       read_master();
     });
   };
@@ -202,6 +223,7 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
                   ec);
     }
     ::unlink(completion.c_str());
+    ::unlink(hosts_file.c_str());
   }
   asio::write(
       socket,

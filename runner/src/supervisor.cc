@@ -182,6 +182,7 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   if (outcome) {
     outcome->rank0_done = done.count(0) > 0;
     outcome->signal = stop_signal;
+    outcome->failed_rank = first ? first->rank : -1;
   }
 
   if (cfg.verbose) {

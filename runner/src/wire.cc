@@ -42,6 +42,8 @@ std::string format_message(const Message& m) {
       return "TERM";
     case MessageKind::kKill:
       return "KILL";
+    case MessageKind::kHosts:
+      return "HOSTS " + std::to_string(m.rank) + " " + std::to_string(m.value);
   }
   return "";
 }
@@ -56,6 +58,9 @@ std::optional<Message> parse_message(const std::string& line) {
     m.kind = MessageKind::kTerm;
   } else if (w[0] == "KILL" && w.size() == 1) {
     m.kind = MessageKind::kKill;
+  } else if (w[0] == "HOSTS" && w.size() == 3) {
+    m.kind = MessageKind::kHosts;
+    if (!to_int(w[1], m.rank) || !to_int(w[2], m.value) || m.rank < 1) return std::nullopt;
   } else if (w[0] == "OK" && w.size() == 2) {
     m.kind = MessageKind::kOk;
     m.token = w[1];

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """[elastic] A Horovod elastic training script (only the import changed), with a failure that
-test/elastic/elastic_test.py asks for in generation 0 (--fail kill|exit0|always, --fail-step).
+test/elastic/elastic_test.py asks for in generation 0 (--fail kill|exit0|always, --fail-step;
+--fail-gens N: in generations 0..N-1).
 
 Linear regression, SGD with momentum, ElasticSampler over 64 samples, 4 per rank per batch,
 commit every --commit-every batches and at each epoch's end. Rank 0 writes the final
@@ -21,6 +22,10 @@ p.add_argument("--fail-step", type=int, default=11)
 p.add_argument("--fail-rank", type=int, default=1)
 p.add_argument("--commit-every", type=int, default=3)
 p.add_argument("--epochs", type=int, default=2)
+p.add_argument("--fail-gens", type=int, default=1, help="fail in generations below this")
+p.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step (slow jobs)")
+p.add_argument("--log-batches", action="store_true",
+               help="rank 0 logs every step's batches of all ranks (for a replay)")
 args = p.parse_args()
 
 hvd.init()
@@ -54,12 +59,19 @@ def train(state):
     while state.epoch < args.epochs:
         batches = [list(sampler)[i:i + BATCH] for i in range(0, len(sampler), BATCH)]
         for b, idx in enumerate(batches):
-            fail = (args.fail == "always" or generation == 0) and args.fail != "none"
+            fail = (args.fail == "always" or generation < args.fail_gens) and args.fail != "none"
             if fail and state.step == args.fail_step and hvd.rank() == args.fail_rank:
                 event(f"failing ({args.fail}) at step {state.step}")
                 if args.fail == "exit0":
                     os._exit(0)
                 os.kill(os.getpid(), signal.SIGKILL)
+            if args.log_batches:
+                every = hvd.allgather_object(idx, name="test.batches")
+                if hvd.rank() == 0:
+                    event(f"batch step {state.step + 1} epoch {state.epoch} np {hvd.size()} "
+                          f"{every}")
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
             opt.zero_grad()
             loss = ((model(X[idx]) - Y[idx]) ** 2).mean()
             loss.backward()

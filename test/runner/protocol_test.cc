@@ -36,6 +36,19 @@ TEST_CASE("wire messages round-trip and junk is rejected", "[unit]") {
   CHECK_FALSE(parse_message(""));
 }
 
+TEST_CASE("HOSTS carries a host change's number and bits to the wrappers", "[unit]") {
+  Message m{MessageKind::kHosts, "", "", 3, 2};
+  CHECK(format_message(m) == "HOSTS 3 2");
+  auto p = parse_message("HOSTS 3 2\r");
+  REQUIRE(p);
+  CHECK(p->kind == MessageKind::kHosts);
+  CHECK(p->rank == 3);
+  CHECK(p->value == 2);
+  CHECK_FALSE(parse_message("HOSTS 0 2"));  // changes count from 1
+  CHECK_FALSE(parse_message("HOSTS 1"));
+  CHECK_FALSE(parse_message("HOSTS x 1"));
+}
+
 TEST_CASE("exit codes and their descriptions", "[unit]") {
   CHECK(exit_code_from_wait_status(3 << 8) == 3);
   CHECK(exit_code_from_wait_status(9) == 137);  // killed by SIGKILL

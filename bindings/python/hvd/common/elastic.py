@@ -26,6 +26,7 @@ import os
 import pickle
 import queue
 import sys
+import time
 
 from hvd.common import basics
 from hvd.common.elastic_snapshot import read_snapshot, remove_stale_temporaries, write_snapshot
@@ -59,6 +60,7 @@ class State:
         self._reset_callbacks = []
         self._host_updates = queue.Queue()
         self._last_host_update = 0
+        self._launcher_host_seq = 0
         self._commit_id = 0
 
     def register_reset_callbacks(self, callbacks):
@@ -92,6 +94,8 @@ class State:
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when rank 0 has seen a host change.
         Collective (one small broadcast from rank 0), so every rank stops at the same step."""
+        if self._get_rank() == 0:
+            self._poll_launcher_host_updates()
         last, result = self._last_host_update, 0
         while not self._host_updates.empty():
             timestamp, res = self._host_updates.get()
@@ -104,6 +108,21 @@ class State:
             self._last_host_update = last
             # Only additions: the current workers keep their state (Horovod's skip_sync).
             raise HostsUpdatedInterrupt(skip_sync=result == HostUpdateResult.added)
+
+    def _poll_launcher_host_updates(self):
+        """hvdrun's elastic mode writes "<seq> <bits>" to $HVD_ELASTIC_HOSTS_FILE when its host
+        source changed (runner/include/hvd/runner/wire.h, HOSTS); a new seq is a host update."""
+        path = _env("HVD_ELASTIC_HOSTS_FILE")
+        if path is None:
+            return
+        try:
+            with open(path) as f:
+                seq, bits = (int(w) for w in f.read().split())
+        except (OSError, ValueError):
+            return
+        if seq > self._launcher_host_seq:
+            self._launcher_host_seq = seq
+            self.on_hosts_updated(max(time.time(), self._last_host_update + 1e-6), bits)
 
     def save(self):
         raise NotImplementedError()

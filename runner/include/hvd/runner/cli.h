@@ -31,8 +31,15 @@ struct Options {
   bool check_build = false;
   bool no_slurm = false;  // --no-slurm: ignore a Slurm allocation (SLURM_JOB_NODELIST ...)
   // Elastic mode (--min-np given): the job runs in generations; see elastic.h.
-  int min_np = 0;                    // --min-np; 0 = not elastic
-  int reset_limit = -1;              // --reset-limit; -1 = no limit
+  int min_np = 0;                                // --min-np; 0 = not elastic
+  int max_np = 0;                                // --max-np; 0 = -np when given, else every slot
+  int slots_per_host = 0;                        // --slots-per-host; 0 = not given (1)
+  std::string host_discovery_script;             // --host-discovery-script (implies elastic mode)
+  std::optional<double> elastic_timeout;         // --elastic-timeout; nullopt = 600 s
+  std::vector<double> blacklist_cooldown_range;  // --blacklist-cooldown-range MIN MAX; {} = never
+  int reset_limit = -1;                          // --reset-limit; -1 = no limit
+  bool elastic() const { return min_np > 0; }
+  double elastic_timeout_s() const { return elastic_timeout.value_or(600); }
   std::vector<std::string> command;  // program and its arguments
 };
 
@@ -47,7 +54,8 @@ struct ParsedCommandLine {
 // of `--np`. Options end at the first positional (the program); everything after it belongs to
 // the program. Throws UsageError (one line: problem and fix) on any bad input. With
 // np_optional (inside a Slurm allocation, where the allocation gives the rank count) a missing
-// -np is not an error and leaves np = 0.
+// -np is not an error and leaves np = 0; nor is it in elastic mode (--min-np, where the hosts
+// give the rank count). --host-discovery-script implies elastic mode: --min-np defaults to -np.
 ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
                                      bool np_optional = false);
 

@@ -35,6 +35,8 @@ class ControlServer {
 
   // Sends TERM or KILL to every connected wrapper.
   void broadcast(MessageKind kind);
+  // Sends `m` (e.g. HOSTS) to every connected wrapper.
+  void broadcast(const Message& m);
 
   // Wrapper connections still open.
   std::size_t open_wrappers() const { return sessions_.size(); }

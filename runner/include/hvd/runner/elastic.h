@@ -21,7 +21,12 @@ struct GenerationOutcome {
   int exit_code = 0;        // supervise()'s code: 0, the first failed rank's code, 128+signal
   bool rank0_done = false;  // rank 0's program returned from @hvd.elastic.run
   int signal = 0;           // hvdrun itself got SIGINT/SIGTERM/SIGHUP (no restart then)
+  int failed_rank = -1;     // the rank that failed first (-1: none, or mpirun alone failed)
 };
+
+// A rank's exit code asking for a new generation (hvd.elastic.RESTART_EXIT_CODE): it left
+// after HorovodInternalError or HostsUpdatedInterrupt, not because its host failed.
+inline constexpr int kExitElasticRestart = 75;
 
 enum class NextStep { kSucceed, kRestart, kGiveUp };
 

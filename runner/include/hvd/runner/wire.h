@@ -10,6 +10,10 @@
 // and the master may send the wrapper:
 //   TERM                                 send SIGTERM to the program's process group
 //   KILL                                 send SIGKILL to the program's process group
+//   HOSTS <seq> <bits>                   (elastic mode) the hosts changed: seq counts the
+//                                        changes of this generation (1, 2, ...), bits are
+//                                        HostUpdateResult's (1 removed, 2 added); the wrapper
+//                                        writes "<seq> <bits>" to $HVD_ELASTIC_HOSTS_FILE
 // A wrapper whose connection closes treats it as TERM (then KILL after the grace period), so a
 // dead master never leaves ranks behind.
 #pragma once
@@ -19,14 +23,14 @@
 
 namespace hvd::runner {
 
-enum class MessageKind { kAgent, kOk, kHello, kDone, kExit, kTerm, kKill };
+enum class MessageKind { kAgent, kOk, kHello, kDone, kExit, kTerm, kKill, kHosts };
 
 struct Message {
   MessageKind kind = MessageKind::kTerm;
   std::string token;
   std::string host;
-  int rank = -1;
-  int value = 0;  // pid for HELLO, exit code for EXIT
+  int rank = -1;  // seq for HOSTS
+  int value = 0;  // pid for HELLO, exit code for EXIT, bits for HOSTS
 };
 
 // One line without the trailing newline.

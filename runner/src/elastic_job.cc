@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: Apache-2.0
+// Elastic mode's driver (elastic_job.h). Each generation:
+//   1. plan: the host source's hosts less the blacklisted ones; wait (up to --elastic-timeout)
+//      until they offer --min-np slots; np = min(--max-np, slots) (plan_generation);
+//   2. preflight the generation's remote hosts (a host failing it is blacklisted; replan);
+//   3. one mpirun, supervised; every 250 ms the host source is compared with the running
+//      generation (host_update_bits) and a change is sent to every wrapper (HOSTS, wire.h),
+//      which hands it to the program: rank 0 sees it at the next commit() and every rank
+//      leaves with exit code 75 at that same step;
+//   4. a rank that failed blacklists its host (not on this machine alone); then restart
+//      (counted against --reset-limit), succeed or give up (decide_after_generation).
+#include "elastic_job.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "discovery.h"
+#include "hvd/runner/elastic.h"
+#include "hvd/runner/elastic_hosts.h"
+#include "hvd/runner/env_forward.h"
+#include "hvd/runner/errors.h"
+#include "hvd/runner/launch_command.h"
+#include "hvd/runner/subprocess.h"
+#include "hvd/runner/supervisor.h"
+#include "network_setup.h"
+
+namespace hvd::runner {
+namespace {
+namespace asio = boost::asio;
+using std::chrono::milliseconds;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void say(const std::string& line) { std::cerr << line << "\n" << std::flush; }
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", s);
+  return buf;
+}
+
+bool is_this_machine(const std::string& name, const std::string& own) {
+  return is_local_host(name, own) || name == own.substr(0, own.find('.'));
+}
+
+std::string describe_bits(int bits) {
+  if (bits == (kHostsAdded | kHostsRemoved)) return "hosts added and removed";
+  return bits == kHostsAdded ? "hosts added" : "hosts removed";
+}
+
+// Removes the job's state directory on the remote hosts it ran on (bounded: 10 s in all).
+void remove_remote_state(asio::io_context& io, const Options& o,
+                         const std::vector<std::string>& hosts, const std::string& dir) {
+  std::vector<std::unique_ptr<Subprocess>> procs;
+  int left = 0;
+  for (const auto& h : hosts) {
+    std::vector<std::string> argv{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"};
+    if (o.ssh_port > 0) argv.insert(argv.end(), {"-p", std::to_string(o.ssh_port)});
+    if (!o.ssh_identity.empty()) argv.insert(argv.end(), {"-i", o.ssh_identity});
+    argv.insert(argv.end(), {h, "rm", "-rf", dir});
+    procs.push_back(std::make_unique<Subprocess>(io, argv, true));
+    procs.back()->on_exit([&left](int) { --left; });
+    try {
+      procs.back()->start();
+      ++left;
+    } catch (const std::exception&) {
+    }
+  }
+  const double until = now_s() + 10;
+  while (left > 0 && now_s() < until) {
+    if (io.stopped()) io.restart();
+    io.run_for(milliseconds(50));
+  }
+}
+
+}  // namespace
+
+int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJob& job) {
+  const Options& o = job.options;
+  const std::string dir = "/dev/shm/hvd-elastic-" + job.token;
+  std::optional<CooldownRange> range;
+  if (o.blacklist_cooldown_range.size() == 2) {
+    range = CooldownRange{o.blacklist_cooldown_range[0], o.blacklist_cooldown_range[1]};
+  }
+  Blacklist blacklist(range);
+  auto run_io_for = [&](milliseconds ms) {
+    if (io.stopped()) io.restart();
+    io.run_for(ms);
+  };
+  std::unique_ptr<HostDiscovery> discovery;
+  if (!o.host_discovery_script.empty()) {
+    discovery = std::make_unique<HostDiscovery>(io, o.host_discovery_script,
+                                                o.slots_per_host > 0 ? o.slots_per_host : 1);
+    discovery->start();
+    const double until = now_s() + 30;
+    while (discovery->runs() == 0 && now_s() < until) run_io_for(milliseconds(20));
+  }
+  auto hosts_now = [&]() -> const std::vector<HostSlots>& {
+    return discovery ? discovery->hosts() : job.static_hosts;
+  };
+  auto blacklist_host = [&](const std::string& host, const std::string& why) {
+    const double cooldown = blacklist.add(host, now_s());
+    say("hvdrun: elastic: host " + host + " blacklisted (" + why + ") " +
+        (cooldown < 0
+             ? std::string("for the rest of the job (no --blacklist-cooldown-range)")
+             : "for " + seconds_text(cooldown) + " s (failure " +
+                   std::to_string(blacklist.failures(host)) + ", --blacklist-cooldown-range)"));
+  };
+  std::vector<std::string> remote_used;
+  int resets = 0;
+  int code = kExitLaunch;
+  bool failed_before = false;
+  for (int generation = 0;;) {
+    // 1. Hosts with at least --min-np slots.
+    GenerationPlan plan;
+    const double wait_start = now_s();
+    bool waited = false;
+    for (;;) {
+      plan = plan_generation(hosts_now(), blacklist, now_s(), o.min_np, job.max_np);
+      if (plan.ready) break;
+      if (!waited) {
+        say("hvdrun: elastic: waiting for --min-np " + std::to_string(o.min_np) +
+            " slots: " + plan.why_not + " (up to --elastic-timeout " +
+            seconds_text(o.elastic_timeout_s()) + " s)");
+        waited = true;
+      }
+      if (now_s() - wait_start >= o.elastic_timeout_s()) {
+        say("hvdrun: elastic: giving up after waiting " + seconds_text(now_s() - wait_start) +
+            " s (--elastic-timeout " + seconds_text(o.elastic_timeout_s()) + "): " + plan.why_not +
+            "; add hosts or lower --min-np");
+        code = failed_before ? code : kExitLaunch;
+        generation = -1;
+        break;
+      }
+      run_io_for(milliseconds(200));
+    }
+    if (generation < 0) break;
+    if (waited) {
+      say("hvdrun: elastic: " + std::to_string(plan.available_slots) + " slot(s) available after " +
+          seconds_text(now_s() - wait_start) + " s");
+    }
+    // 2. Preflight of the remote hosts; a host failing it is blacklisted.
+    std::vector<std::string> remote;
+    for (const auto& h : plan.used) {
+      if (!is_this_machine(h.name, job.own_hostname)) remote.push_back(h.name);
+    }
+    NetworkSetup net =
+        prepare_network(io, o, {remote, server.port(), job.token, job.self, job.cwd, job.path});
+    if (!net.ok) {
+      std::cerr << net.report;
+      for (const auto& h : net.failed_hosts) blacklist_host(h, "it failed the preflight");
+      continue;
+    }
+    for (const auto& h : remote) {
+      if (std::find(remote_used.begin(), remote_used.end(), h) == remote_used.end()) {
+        remote_used.push_back(h);
+      }
+    }
+    // 3. The generation, with the host source watched every 250 ms.
+    LaunchSpec spec;
+    spec.np = plan.np;
+    spec.hosts = plan.used;
+    spec.all_local = remote.empty();
+    spec.in_slurm_allocation = job.in_slurm_allocation;
+    spec.as_root = geteuid() == 0;
+    spec.ssh_port = o.ssh_port;
+    spec.ssh_identity = o.ssh_identity;
+    spec.output_dir = o.output_dir;
+    spec.command = o.command;
+    spec.mpi_interfaces = net.mpi_interfaces;
+    spec.env = forwarded_env(o, job.environ_entries, net.nccl_names);
+    for (auto& e : elastic_env(dir, generation)) spec.env.push_back(e);
+    spec.wrapper = {
+        job.self,  "--rank-wrapper", wrapper_connect_list(net.wrapper_addresses, server.port()),
+        job.token, job.grace,        "--"};
+    SuperviseConfig sc;
+    sc.mpirun_argv = build_mpirun_command(spec);
+    sc.np = plan.np;
+    sc.grace_s = o.grace_period_s;
+    sc.verbose = o.verbose;
+    sc.elastic = true;
+    say("hvdrun: elastic: generation " + std::to_string(generation) + ": " +
+        std::to_string(plan.np) + " rank(s) on " + format_host_list(plan.used));
+    if (o.verbose) say("hvdrun: " + shell_join(sc.mpirun_argv));
+
+    int seq = 0;
+    int sent_bits = kHostsUnchanged;
+    std::vector<HostSlots> sent_hosts;
+    asio::steady_timer watch(io);
+    std::function<void()> check = [&] {
+      const auto& hosts = hosts_now();
+      const int bits = host_update_bits(plan.used, hosts, blacklist, now_s(), o.min_np, job.max_np);
+      if (bits != kHostsUnchanged && (bits != sent_bits || hosts != sent_hosts)) {
+        sent_bits = bits;
+        sent_hosts = hosts;
+        ++seq;
+        say("hvdrun: elastic: " + describe_bits(bits) +
+            " (hosts now: " + (hosts.empty() ? std::string("none") : format_host_list(hosts)) +
+            "); the ranks stop at their next commit for generation " +
+            std::to_string(generation + 1));
+      }
+      // Sent again at every check: a wrapper that connected late still learns it.
+      if (seq > 0) server.broadcast(Message{MessageKind::kHosts, "", "", seq, sent_bits});
+    };
+    std::function<void()> arm = [&] {
+      watch.expires_after(milliseconds(250));
+      watch.async_wait([&](boost::system::error_code ec) {
+        if (ec) return;
+        check();
+        arm();
+      });
+    };
+    arm();
+    GenerationOutcome outcome;
+    supervise(io, server, sc, &outcome);
+    watch.cancel();
+    run_io_for(milliseconds(0));  // let the cancelled wait finish while its captures live
+
+    // 4. Blacklist a failed host, then restart, succeed or give up.
+    const bool ok = outcome.exit_code == 0 && outcome.rank0_done;
+    if (!ok && outcome.signal == 0 && outcome.exit_code != kExitElasticRestart &&
+        outcome.failed_rank >= 0 && !job.this_machine_only) {
+      const auto placement = place_ranks(plan.used);
+      if (static_cast<size_t>(outcome.failed_rank) < placement.size()) {
+        blacklist_host(placement[outcome.failed_rank].host,
+                       "its rank " + std::to_string(outcome.failed_rank) + " failed");
+      }
+    }
+    ElasticDecision d = decide_after_generation(outcome, resets, o.reset_limit);
+    if (d.step == NextStep::kRestart && seq > 0 && outcome.exit_code == kExitElasticRestart) {
+      d.message = "hvdrun: elastic: the ranks stopped for the host change; starting generation " +
+                  std::to_string(generation + 1) + " from the last commit";
+    }
+    if (!d.message.empty()) say(d.message);
+    code = d.exit_code;
+    failed_before = !ok;
+    if (d.step != NextStep::kRestart) break;
+    ++resets;
+    ++generation;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  remove_remote_state(io, o, remote_used, dir);
+  return code;
+}
+
+}  // namespace hvd::runner

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+// The preflight of the remote hosts and the network choice (network_setup.h).
+#include "network_setup.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "hvd/runner/interfaces.h"
+#include "hvd/runner/local_system.h"
+#include "hvd/runner/preflight.h"
+
+namespace hvd::runner {
+
+NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
+                             const NetworkTarget& t) {
+  NetworkSetup out;
+  for (const auto& i : o.network_interfaces) {
+    out.mpi_interfaces.push_back(i);
+    if (i.find('/') == std::string::npos) out.nccl_names.push_back(i);
+  }
+  if (!t.remote.empty()) {
+    PreflightConfig pc;
+    pc.hosts = t.remote;
+    pc.ssh_port = o.ssh_port;
+    pc.ssh_identity = o.ssh_identity;
+    pc.timeout_s = o.start_timeout_s;
+    pc.hvdrun_path = t.self;
+    pc.program = o.command[0];
+    pc.cwd = t.cwd;
+    pc.path_env = t.path;
+    auto master_ifaces = local_interfaces();
+    for (const auto& i : master_ifaces) {
+      if (!is_loopback(i)) pc.master_addresses.push_back(i.address);
+    }
+    pc.listener_port = t.listener_port;
+    pc.token = t.token;
+    PreflightResult pre = run_preflight(io, pc);
+    std::vector<HostNetwork> nets;
+    for (const auto& h : pre.hosts) {
+      nets.push_back({h.host, h.report.interfaces, h.report.reached});
+    }
+    InterfaceChoice choice;
+    if (pre.ok()) {
+      choice = choose_interfaces(master_ifaces, nets);
+      if (!choice.error.empty() && o.network_interfaces.empty()) {
+        pre.hosts.front().problems.push_back(choice.error);
+      }
+    }
+    if (o.verbose) {
+      for (const auto& h : pre.hosts) {
+        std::fprintf(stderr, "hvdrun: preflight %s: %s in %.2f s\n", h.host.c_str(),
+                     h.problems.empty() ? "ok" : "FAILED", h.seconds);
+      }
+    }
+    if (!pre.ok()) {
+      out.ok = false;
+      out.report = format_preflight_report(pre);
+      for (const auto& h : pre.hosts) {
+        if (!h.problems.empty()) out.failed_hosts.push_back(h.host);
+      }
+      return out;
+    }
+    if (o.network_interfaces.empty()) {
+      out.mpi_interfaces = choice.cidrs;
+      out.nccl_names = choice.nccl_ifnames;
+      out.wrapper_addresses = choice.master_addresses;
+    } else {
+      // The user chose the network; wrappers use any master address every host reached.
+      for (const auto& a : pc.master_addresses) {
+        bool all = true;
+        for (const auto& n : nets) {
+          all = all && std::find(n.reached.begin(), n.reached.end(), a) != n.reached.end();
+        }
+        if (all) out.wrapper_addresses.push_back(a);
+      }
+    }
+    if (o.verbose) {
+      std::fprintf(stderr, "hvdrun: preflight passed for %zu host(s) in %.2f s\n", pre.hosts.size(),
+                   pre.seconds);
+    }
+  }
+  out.wrapper_addresses.push_back("127.0.0.1");
+  return out;
+}
+
+std::string wrapper_connect_list(const std::vector<std::string>& addresses, unsigned short port) {
+  std::string connect;
+  for (const auto& a : addresses) {
+    connect += (connect.empty() ? "" : ",") + a + ":" + std::to_string(port);
+  }
+  return connect;
+}
+
+}  // namespace hvd::runner

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// The preflight of the remote hosts and the network choice that follows it (private to the
+// launcher: app.cc runs it once, elastic mode once per generation).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <string>
+#include <vector>
+
+#include "hvd/runner/cli.h"
+
+namespace hvd::runner {
+
+// What the preflight found and what the job's network is.
+struct NetworkSetup {
+  bool ok = true;
+  std::string report;                          // the preflight's report when !ok
+  std::vector<std::string> failed_hosts;       // hosts with problems, when !ok
+  std::vector<std::string> mpi_interfaces;     // oob/btl *_if_include
+  std::vector<std::string> nccl_names;         // NCCL_SOCKET_IFNAME
+  std::vector<std::string> wrapper_addresses;  // master addresses every host reached
+};
+
+// Where the preflight runs and what it checks.
+struct NetworkTarget {
+  std::vector<std::string> remote;  // remote hosts (empty: this machine only)
+  unsigned short listener_port = 0;
+  std::string token;
+  std::string self;  // hvdrun's own path
+  std::string cwd;
+  std::string path;  // PATH
+};
+
+// Without remote hosts: the interfaces of --network-interface and no preflight. Otherwise the
+// preflight of every remote host in parallel (preflight.h), then the interfaces that reach all
+// of them (or the user's). 127.0.0.1 is always the last wrapper address.
+NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
+                             const NetworkTarget& target);
+
+// "ADDR:PORT,ADDR:PORT": the wrappers' connect list.
+std::string wrapper_connect_list(const std::vector<std::string>& addresses, unsigned short port);
+
+}  // namespace hvd::runner

@@ -1,0 +1,250 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""[elastic] multi-host elastic hvdrun on fake hosts (test/hosts/testhosts.sh: network
+namespaces with their own sshd and a private /dev/shm each, like separate machines).
+
+Scenarios (one per run):
+  add       a host added through --host-discovery-script mid-epoch: the ranks stop at their next
+            commit and generation 1 runs on 3 hosts from that commit
+  remove    a host removed through the script mid-epoch: generation 1 runs on the other 2
+  timeout   a rank's host fails and is blacklisted; the slots left are below --min-np and
+            nothing returns: hvdrun gives up after --elastic-timeout with a clear message
+  cooldown  a flapping host (its rank killed in generations 0 and 1) is blacklisted, below
+            --min-np the job waits, and the host returns after each cooldown (2 s, then 4 s)
+After each, the final parameters must equal a failure-free replay of the committed steps (the
+batches every rank trained on, the world size changing between generations) and every epoch
+must have covered every sample.
+
+usage: elastic_hosts_test.py HVDRUN PYTHON SCENARIO     exit 0 pass, 1 fail, 77 skipped"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+HVDRUN, PYTHON, SCENARIO = sys.argv[1], sys.argv[2], sys.argv[3]
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "train_elastic.py")
+RIG = os.path.join(HERE, "..", "hosts", "testhosts.sh")
+PREFIX = "hvdel"
+os.environ.update(HVD_TESTHOSTS_PREFIX=PREFIX, HVD_TESTHOSTS_SUBNET="10.201.23",
+                  HVD_TESTHOSTS_PRIVATE_TMP="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+                  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+H1, H2, H3 = (f"{PREFIX}{i}" for i in (1, 2, 3))
+N, BATCH, EPOCHS = 64, 4, 2
+failures = []
+
+
+def check(cond, what, detail=""):
+    print(("PASS: " if cond else "FAIL: ") + what)
+    if not cond:
+        failures.append(what)
+        if detail:
+            print(detail[-6000:])
+
+
+def events(log):
+    """[(time, gen, rank, text)] of every event line, in time order."""
+    out = []
+    for line in log.splitlines():
+        m = re.match(r"(\S+) gen(\d+) rank(\d+) (.*)", line)
+        if m:
+            out.append((float(m[1]), int(m[2]), int(m[3]), m[4]))
+    return sorted(out)
+
+
+def replay(evs):
+    """The parameters of a failure-free run of the committed steps: each generation's steps
+    after the commit it resumed from and up to the commit the next one resumed from; one SGD
+    step per batch, the gradient of the mean over ranks of each rank's mean loss (what
+    DistributedOptimizer's average computes). Also returns {epoch: [sample, ...]}."""
+    resume = {0: 0}
+    batches = {}
+    for _, g, r, text in evs:
+        m = re.match(r"reset at commit \d+ step (\d+)", text)
+        if m and r == 0:
+            resume[g] = int(m[1])
+        m = re.match(r"batch step (\d+) epoch (\d+) np \d+ (.*)", text)
+        if m:
+            batches.setdefault(g, {})[int(m[1])] = (int(m[2]), eval(m[3]))
+    steps, limit = {}, None
+    for g in sorted(batches, reverse=True):
+        for s, b in batches[g].items():
+            if s > resume.get(g, 0) and (limit is None or s <= limit) and s not in steps:
+                steps[s] = b
+        limit = resume.get(g, 0)
+    torch.manual_seed(0)
+    X = torch.randn(N, 4, dtype=torch.float64)
+    Y = X @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]], dtype=torch.float64) + 0.1
+    model = torch.nn.Linear(4, 1).double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    seen = {}
+    for s in sorted(steps):
+        epoch, per_rank = steps[s]
+        opt.zero_grad()
+        loss = sum(((model(X[idx]) - Y[idx]) ** 2).mean() for idx in per_rank) / len(per_rank)
+        loss.backward()
+        opt.step()
+        for idx in per_rank:
+            seen.setdefault(epoch, []).extend(idx)
+    lines = [f"steps {max(steps) if steps else 0}"]
+    for name, t in model.state_dict().items():
+        lines.append(name + " " + " ".join(float(v).hex() for v in t.flatten().tolist()))
+    return lines, seen, sorted(steps)
+
+
+def close(got, ref):
+    """Same step count and parameters within 1e-9 (the allreduce sums in another order)."""
+    if got is None or got[0] != ref[0]:
+        return False
+    for a, b in zip(got[1:], ref[1:]):
+        va = [float.fromhex(w) for w in a.split()[1:]]
+        vb = [float.fromhex(w) for w in b.split()[1:]]
+        if len(va) != len(vb) or any(abs(x - y) > 1e-9 * max(1, abs(y)) for x, y in zip(va, vb)):
+            return False
+    return True
+
+
+def check_result(out, p, max_np):
+    log = open(out + ".log").read() if os.path.exists(out + ".log") else ""
+    got = open(out).read().split("\n")[:3] if os.path.exists(out) else None
+    evs = events(log)
+    ref, seen, steps = replay(evs)
+    detail = p.stdout + p.stderr + log
+    check(p.returncode == 0, f"the job succeeds (exit {p.returncode})", detail)
+    check(steps == list(range(1, len(steps) + 1)), "the committed steps follow each other")
+    check(close(got, ref), "the final parameters equal the failure-free replay of the committed "
+          f"steps ({got} vs {ref})", detail)
+    for e in range(EPOCHS):
+        s = seen.get(e, [])
+        check(set(s) == set(range(N)) and len(s) - N < max_np,
+              f"epoch {e} covered every sample once ({len(s)} with padding)")
+    return evs, log
+
+
+def hvdrun(out, *flags, args=(), wait_for=None, then=None, timeout=110):
+    """Runs the job; when rank 0's log shows `wait_for`, calls then() (once)."""
+    cmd = [HVDRUN, *flags, "--start-timeout", "20", PYTHON, SCRIPT, "--out", out, "--log-batches",
+           *args]
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    acted = None
+    while wait_for and proc.poll() is None and time.time() - t0 < timeout:
+        log = open(out + ".log").read() if os.path.exists(out + ".log") else ""
+        if re.search(wait_for, log):
+            acted = time.time()
+            then()
+            break
+        time.sleep(0.05)
+    try:
+        stdout, stderr = proc.communicate(timeout=max(1, timeout - (time.time() - t0)))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        stderr += "\n(test: hvdrun timed out)"
+    proc.stdout, proc.stderr = stdout, stderr
+    print(f"hvdrun ran {time.time() - t0:.1f} s")
+    return proc, acted
+
+
+def first_after(evs, gen, text, rank=0):
+    return next((t for t, g, r, x in evs if g == gen and r == rank and text in x), None)
+
+
+def main():
+    if subprocess.run([RIG, "check"]).returncode != 0:
+        return 77
+    work = tempfile.mkdtemp(prefix="hvd-elastic-hosts-", dir="/var/tmp")  # not /tmp: private
+    try:
+        t = time.time()
+        if subprocess.run([RIG, "up", "3"]).returncode != 0:
+            print("FAIL: testhosts.sh up 3")
+            return 1
+        print(f"rig up in {time.time() - t:.1f} s")
+        hostfile = os.path.join(work, "hosts")
+        discover = f"cat {hostfile}"
+
+        def set_hosts(*hosts):
+            with open(hostfile + ".new", "w") as f:
+                f.write("".join(h + "\n" for h in hosts))
+            os.rename(hostfile + ".new", hostfile)
+
+        out = os.path.join(work, "out")
+        slow = ("--step-sleep", "0.25")
+        if SCENARIO in ("add", "remove"):
+            adding = SCENARIO == "add"
+            set_hosts(f"{H1}:1", f"{H2}:1", *([] if adding else [f"{H3}:1"]))
+            after = (f"{H1}:1", f"{H2}:1", f"{H3}:1") if adding else (f"{H1}:1", f"{H2}:1")
+            # Step 5 of 16 (np 2) or 11 (np 3): mid-epoch 0.
+            p, acted = hvdrun(out, "--min-np", "2", "--host-discovery-script", discover,
+                              args=slow, wait_for=r"gen0 rank0 batch step 5 ",
+                              then=lambda: set_hosts(*after))
+            evs, log = check_result(out, p, 3)
+            word = "hosts added" if adding else "hosts removed"
+            check(f"hvdrun: elastic: {word}" in p.stderr, f"hvdrun reports '{word}'", p.stderr)
+            check("stopped for the host change; starting generation 1" in p.stderr,
+                  "generation 1 starts for the host change", p.stderr)
+            gens = {g: {r for _, gg, r, _ in evs if gg == g} for g in (0, 1)}
+            want = (2, 3) if adding else (3, 2)
+            check(len(gens[0]) == want[0] and len(gens[1]) == want[1],
+                  f"generation 0 ran {want[0]} ranks and generation 1 {want[1]} ({gens})")
+            check(not any("failing" in x for *_, x in evs), "no rank failed")
+            # The ranks stop at the commit after the step that was last begun in generation 0.
+            last0 = [(t, x) for t, g, r, x in evs if g == 0 and r == 0 and x.startswith("batch")]
+            step0 = last0[-1][1].split()[2] if last0 else None
+            reset1 = [x for _, g, r, x in evs if g == 1 and r == 0 and x.startswith("reset")]
+            check(reset1 and reset1[0].endswith(f" step {step0}"),
+                  f"generation 1 resumed from the commit where the ranks stopped, step {step0} "
+                  f"(no rollback: {reset1})")
+            first1 = first_after(evs, 1, "first step done")
+            if acted and last0 and first1:
+                print(f"measured: the discovery file changed; {last0[-1][0] - acted:.2f} s later "
+                      f"the ranks began their last step (0.25 s long) before the commit that "
+                      f"stopped them; first step of generation 1 {first1 - last0[-1][0]:.2f} s "
+                      "after that step began")
+        elif SCENARIO == "timeout":
+            set_hosts(f"{H1}:1", f"{H2}:1")
+            t = time.time()
+            p, _ = hvdrun(out, "--min-np", "2", "--host-discovery-script", discover,
+                          "--elastic-timeout", "3", args=(*slow, "--fail", "kill"))
+            check(p.returncode == 137, f"the job ends with the failed rank's code ({p.returncode})",
+                  p.stderr)
+            check(f"host {H2} blacklisted (its rank 1 failed) for the rest of the job" in p.stderr,
+                  "the failed rank's host is blacklisted for good", p.stderr)
+            check("waiting for --min-np 2 slots: 1 slot(s) available" in p.stderr,
+                  "hvdrun says it waits for --min-np slots", p.stderr)
+            check(re.search(r"giving up after waiting 3\.\d s \(--elastic-timeout 3\.0\)",
+                            p.stderr) is not None, "it gives up after --elastic-timeout", p.stderr)
+        elif SCENARIO == "cooldown":
+            set_hosts(f"{H1}:1", f"{H2}:1")
+            p, _ = hvdrun(out, "--min-np", "2", "--host-discovery-script", discover,
+                          "--blacklist-cooldown-range", "2", "4",
+                          args=(*slow, "--fail", "kill", "--fail-gens", "2", "--fail-step", "5"))
+            evs, log = check_result(out, p, 2)
+            check(f"host {H2} blacklisted (its rank 1 failed) for 2.0 s (failure 1" in p.stderr,
+                  "the first failure blacklists the host for MIN seconds", p.stderr)
+            check(f"host {H2} blacklisted (its rank 1 failed) for 4.0 s (failure 2" in p.stderr,
+                  "the second doubles the cooldown", p.stderr)
+            check(p.stderr.count("waiting for --min-np 2 slots") == 2,
+                  "below --min-np the job waited both times", p.stderr)
+            check("generation 2: 2 rank(s)" in p.stderr, "the host is back in generation 2",
+                  p.stderr)
+        else:
+            print(f"unknown scenario {SCENARIO}")
+            return 2
+        left = [h for h in (H1, H2, H3) if "hvd-elastic-" in subprocess.run(
+            [RIG, "exec", h, "ls", "/dev/shm"], capture_output=True, text=True).stdout]
+        check(not left, f"hvdrun removed its state directory on every host ({left})")
+    finally:
+        subprocess.run([RIG, "down"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"elastic_hosts_test {SCENARIO}: " +
+          ("FAILED: " + "; ".join(failures) if failures else "all passed"))
+    return 1 if failures else 0
+
+
+sys.exit(main())

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// [unit] elastic mode's host planning: discovery output, blacklist and cooldown, the next
+// generation's hosts and np, host changes, and the elastic flags of the command line.
+#include "hvd/runner/elastic_hosts.h"
+
+#include <catch2/catch.hpp>
+
+#include "hvd/runner/cli.h"
+#include "usage_error.h"
+
+using namespace hvd::runner;
+using hvd_runner_test::usage_error;
+
+namespace {
+std::vector<HostSlots> hs(std::initializer_list<HostSlots> l) { return l; }
+Options parse(std::vector<std::string> args) { return parse_command_line(args).options; }
+}  // namespace
+
+TEST_CASE("the discovery script's lines give hosts, slots default to --slots-per-host", "[unit]") {
+  auto d = parse_discovery_output("a:4\n  b  \n# comment\n\nc:2 # trailing\n", 3);
+  CHECK(d.error.empty());
+  CHECK(d.hosts == hs({{"a", 4}, {"b", 3}, {"c", 2}}));
+  CHECK(parse_discovery_output("", 1).hosts.empty());
+  CHECK(parse_discovery_output("", 1).error.empty());
+}
+
+TEST_CASE("bad discovery output is rejected naming the line", "[unit]") {
+  auto d = parse_discovery_output("a:2\nb:x\n", 1);
+  CHECK(d.hosts.empty());
+  CHECK_THAT(d.error, Catch::Contains("line 2 'b:x'"));
+  CHECK_THAT(d.error, Catch::Contains("whole number"));
+  CHECK_THAT(parse_discovery_output("a:0", 1).error, Catch::Contains("at least 1 slot"));
+  CHECK_THAT(parse_discovery_output("a\na:2", 1).error, Catch::Contains("listed twice"));
+  CHECK_THAT(parse_discovery_output("a b", 1).error, Catch::Contains("not a host name"));
+  CHECK_THAT(parse_discovery_output(":3", 1).error, Catch::Contains("not a host name"));
+}
+
+TEST_CASE("a blacklisted host's cooldown doubles from MIN up to MAX", "[unit]") {
+  CooldownRange r{10, 50};
+  CHECK(cooldown_seconds(r, 1) == 10);
+  CHECK(cooldown_seconds(r, 2) == 20);
+  CHECK(cooldown_seconds(r, 3) == 40);
+  CHECK(cooldown_seconds(r, 4) == 50);
+  CHECK(cooldown_seconds(r, 1000) == 50);
+  Blacklist b(r);
+  CHECK(b.add("a", 100) == 10);
+  CHECK(b.blocked("a", 109.9));
+  CHECK_FALSE(b.blocked("a", 110));
+  CHECK(b.add("a", 200) == 20);
+  CHECK(b.blocked("a", 219));
+  CHECK_FALSE(b.blocked("a", 220.5));
+  CHECK(b.failures("a") == 2);
+  CHECK_FALSE(b.blocked("b", 0));
+}
+
+TEST_CASE("without a cooldown range a blacklisted host never returns", "[unit]") {
+  Blacklist b;
+  CHECK(b.add("a", 0) == -1);
+  CHECK(b.blocked("a", 1e12));
+}
+
+TEST_CASE("a generation takes min(max-np, free slots) slot-major, skipping the blacklist",
+          "[unit]") {
+  Blacklist b;
+  auto hosts = hs({{"a", 2}, {"b", 2}, {"c", 1}});
+  auto p = plan_generation(hosts, b, 0, 2, 3);
+  REQUIRE(p.ready);
+  CHECK(p.np == 3);
+  CHECK(p.available_slots == 5);
+  CHECK(p.used == hs({{"a", 2}, {"b", 1}}));
+  p = plan_generation(hosts, b, 0, 2, 0);  // no --max-np: every slot
+  CHECK(p.np == 5);
+  CHECK(p.used == hosts);
+  b.add("a", 0);
+  p = plan_generation(hosts, b, 0, 2, 3);
+  CHECK(p.np == 3);
+  CHECK(p.used == hs({{"b", 2}, {"c", 1}}));
+}
+
+TEST_CASE("below --min-np free slots no generation starts, and the plan says why", "[unit]") {
+  Blacklist b(CooldownRange{5, 5});
+  b.add("b", 0);
+  auto p = plan_generation(hs({{"a", 1}, {"b", 2}}), b, 1, 2, 0);
+  CHECK_FALSE(p.ready);
+  CHECK(p.available_slots == 1);
+  CHECK_THAT(p.why_not, Catch::Contains("1 slot(s) available (a:1)"));
+  CHECK_THAT(p.why_not, Catch::Contains("blacklisted: b"));
+  CHECK_THAT(p.why_not, Catch::Contains("--min-np 2"));
+  // After the cooldown the host is back.
+  CHECK(plan_generation(hs({{"a", 1}, {"b", 2}}), b, 6, 2, 0).np == 3);
+  CHECK_FALSE(plan_generation({}, b, 0, 1, 0).ready);
+}
+
+TEST_CASE("host changes: a running host gone or blacklisted is removed, more slots is added",
+          "[unit]") {
+  Blacklist b;
+  auto running = hs({{"a", 1}, {"b", 1}});
+  CHECK(host_update_bits(running, hs({{"a", 1}, {"b", 1}}), b, 0, 1, 0) == kHostsUnchanged);
+  CHECK(host_update_bits(running, hs({{"a", 1}, {"b", 1}, {"c", 1}}), b, 0, 1, 0) == kHostsAdded);
+  // At --max-np already: a new host changes nothing.
+  CHECK(host_update_bits(running, hs({{"a", 1}, {"b", 1}, {"c", 1}}), b, 0, 1, 2) ==
+        kHostsUnchanged);
+  CHECK(host_update_bits(running, hs({{"a", 1}}), b, 0, 1, 0) == kHostsRemoved);
+  CHECK(host_update_bits(running, hs({{"a", 1}, {"c", 2}}), b, 0, 1, 0) ==
+        (kHostsRemoved | kHostsAdded));
+  CHECK(host_update_bits(running, hs({{"a", 2}, {"b", 1}}), b, 0, 1, 0) == kHostsAdded);
+  b.add("b", 0);
+  CHECK(host_update_bits(running, hs({{"a", 1}, {"b", 1}}), b, 0, 1, 0) == kHostsRemoved);
+}
+
+TEST_CASE("hvdrun takes Horovod's elastic flags", "[unit]") {
+  auto o = parse({"--min-np", "2", "--max-np", "4", "--slots-per-host", "2",
+                  "--host-discovery-script", "./discover.sh", "--elastic-timeout", "30",
+                  "--blacklist-cooldown-range", "10", "100", "--reset-limit", "3", "prog"});
+  CHECK(o.np == 0);
+  CHECK(o.min_np == 2);
+  CHECK(o.max_np == 4);
+  CHECK(o.slots_per_host == 2);
+  CHECK(o.host_discovery_script == "./discover.sh");
+  CHECK(o.elastic_timeout_s() == 30);
+  CHECK(o.blacklist_cooldown_range == std::vector<double>{10, 100});
+  CHECK(o.command == std::vector<std::string>{"prog"});
+  CHECK(parse({"-np", "2", "--min-np", "1", "prog"}).elastic_timeout_s() == 600);
+  // A discovery script alone means elastic mode with --min-np = -np.
+  o = parse({"-np", "3", "--host-discovery-script", "d.sh", "prog"});
+  CHECK(o.elastic());
+  CHECK(o.min_np == 3);
+  // -H in elastic mode is accepted (the hosts are the host source).
+  CHECK(parse({"--min-np", "1", "-H", "a:2,b:2", "prog"}).hosts == "a:2,b:2");
+}
+
+TEST_CASE("bad elastic flags are refused with the fix", "[unit]") {
+  auto err = [](std::vector<std::string> a) { return usage_error([&] { parse_command_line(a); }); };
+  CHECK_THAT(err({"-np", "2", "--max-np", "4", "prog"}),
+             Catch::Contains("--max-np needs elastic mode"));
+  CHECK_THAT(err({"-np", "2", "--blacklist-cooldown-range", "1", "2", "prog"}),
+             Catch::Contains("--blacklist-cooldown-range needs elastic mode"));
+  CHECK_THAT(err({"--min-np", "3", "--max-np", "2", "prog"}),
+             Catch::Contains("--max-np 2 must be at least --min-np 3"));
+  CHECK_THAT(err({"-np", "5", "--min-np", "1", "--max-np", "4", "prog"}),
+             Catch::Contains("-np 5 is above --max-np 4"));
+  CHECK_THAT(err({"--host-discovery-script", "d.sh", "prog"}), Catch::Contains("needs --min-np N"));
+  CHECK_THAT(err({"--min-np", "1", "--host-discovery-script", "d.sh", "-H", "a", "prog"}),
+             Catch::Contains("drop the other"));
+  CHECK_THAT(err({"--min-np", "1", "--blacklist-cooldown-range", "9", "3", "prog"}),
+             Catch::Contains("0 <= MIN <= MAX"));
+  CHECK_THAT(err({"--min-np", "1", "--blacklist-cooldown-range", "9", "prog"}),
+             Catch::Contains("--blacklist-cooldown-range"));
+  CHECK_THAT(err({"--min-np", "1", "--elastic-timeout", "0", "prog"}),
+             Catch::Contains("--elastic-timeout must be a positive"));
+  CHECK_THAT(err({"prog"}), Catch::Contains("missing -np"));
+}
