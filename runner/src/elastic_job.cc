@@ -225,7 +225,8 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     GenerationOutcome outcome;
     supervise(io, server, sc, &outcome);
     watch.cancel();
-    run_io_for(milliseconds(0));  // let the cancelled wait finish while its captures live
+    if (io.stopped()) io.restart();
+    io.poll();  // the cancelled wait's handler runs now, while what it captures lives
 
     // 4. Blacklist a failed host, then restart, succeed or give up.
     const bool ok = outcome.exit_code == 0 && outcome.rank0_done;
