@@ -7,6 +7,8 @@ Scenarios (one per run):
   add       a host added through --host-discovery-script mid-epoch: the ranks stop at their next
             commit and generation 1 runs on 3 hosts from that commit
   remove    a host removed through the script mid-epoch: generation 1 runs on the other 2
+  hostlist  -H with 3 hosts: a rank killed on the second, which is blacklisted; generation 1
+            runs 2 ranks on the other two
   timeout   a rank's host fails and is blacklisted; the slots left are below --min-np and
             nothing returns: hvdrun gives up after --elastic-timeout with a clear message
   cooldown  a flapping host (its rank killed in generations 0 and 1) is blacklisted, below
@@ -206,6 +208,14 @@ def main():
                       f"the ranks began their last step (0.25 s long) before the commit that "
                       f"stopped them; first step of generation 1 {first1 - last0[-1][0]:.2f} s "
                       "after that step began")
+        elif SCENARIO == "hostlist":
+            p, _ = hvdrun(out, "--min-np", "2", "-H", f"{H1}:1,{H2}:1,{H3}:1",
+                          args=(*slow, "--fail", "kill", "--fail-step", "4"))
+            check_result(out, p, 3)
+            check(f"host {H2} blacklisted (its rank 1 failed) for the rest of the job" in p.stderr,
+                  "the failed rank's host is blacklisted for good", p.stderr)
+            check(f"generation 1: 2 rank(s) on {H1}:1,{H3}:1" in p.stderr,
+                  "generation 1 runs on the other hosts of -H, with 2 ranks", p.stderr)
         elif SCENARIO == "timeout":
             set_hosts(f"{H1}:1", f"{H2}:1")
             t = time.time()

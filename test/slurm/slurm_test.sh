@@ -283,6 +283,10 @@ if [[ $TWO_HOSTS == 0 ]]; then
   grep -q "host '$MASTER' asks for 3 slots but the Slurm allocation" <<<"$OUT" ||
     fail "hvdrun -H $MASTER:3 in a 2-task allocation: wrong message: $OUT"
   echo "ok: hvdrun -np 3 / -H $MASTER:3 in a 2-task allocation: exit 2, naming what was asked and had"
+  run 0 "salloc -n 2 hvdrun --min-np 1 --dry-run" salloc -n 2 "$HVDRUN" --min-np 1 --dry-run "$PROBE"
+  grep -q "hvdrun: elastic: hosts $MASTER:2, --min-np 1, --max-np 2 " <<<"$OUT" ||
+    fail "elastic hvdrun in a 2-task allocation: the allocation is not the host source: $OUT"
+  echo "ok: elastic hvdrun inside an allocation takes its nodes and tasks as the host source"
 
   cat >"$WORK/job.sh" <<EOF
 #!/bin/bash
