@@ -9,8 +9,9 @@ Scenarios (one per run):
   remove    a host removed through the script mid-epoch: generation 1 runs on the other 2
   hostlist  -H with 3 hosts: a rank killed on the second, which is blacklisted; generation 1
             runs 2 ranks on the other two
-  timeout   a rank's host fails and is blacklisted; the slots left are below --min-np and
-            nothing returns: hvdrun gives up after --elastic-timeout with a clear message
+  timeout   a host failing the preflight and then a rank's host are blacklisted; the slots
+            left are below --min-np, the script prints a bad line (ignored) and nothing
+            returns: hvdrun gives up after --elastic-timeout with a clear message
   cooldown  a flapping host (its rank killed in generations 0 and 1) is blacklisted, below
             --min-np the job waits, and the host returns after each cooldown (2 s, then 4 s)
 After each, the final parameters must equal a failure-free replay of the committed steps (the
@@ -217,16 +218,26 @@ def main():
             check(f"generation 1: 2 rank(s) on {H1}:1,{H3}:1" in p.stderr,
                   "generation 1 runs on the other hosts of -H, with 2 ranks", p.stderr)
         elif SCENARIO == "timeout":
-            set_hosts(f"{H1}:1", f"{H2}:1")
-            t = time.time()
+            # H3's sshd is down: its preflight fails and it is blacklisted before generation 0.
+            subprocess.run([RIG, "sshd-stop", H3], check=True)
+            set_hosts(f"{H1}:1", f"{H2}:1", f"{H3}:1")
             p, _ = hvdrun(out, "--min-np", "2", "--host-discovery-script", discover,
-                          "--elastic-timeout", "3", args=(*slow, "--fail", "kill"))
+                          "--elastic-timeout", "3", args=(*slow, "--fail", "kill"),
+                          wait_for=r"failing", then=lambda: set_hosts(f"{H1}:1", f"{H2}:x"))
+            check(f"host {H3} blacklisted (it failed the preflight)" in p.stderr,
+                  "a host failing the preflight is blacklisted", p.stderr)
+            check(f"generation 0: 2 rank(s) on {H1}:1,{H2}:1" in p.stderr,
+                  "generation 0 runs on the other hosts", p.stderr)
             check(p.returncode == 137, f"the job ends with the failed rank's code ({p.returncode})",
                   p.stderr)
             check(f"host {H2} blacklisted (its rank 1 failed) for the rest of the job" in p.stderr,
                   "the failed rank's host is blacklisted for good", p.stderr)
-            check("waiting for --min-np 2 slots: 1 slot(s) available" in p.stderr,
-                  "hvdrun says it waits for --min-np slots", p.stderr)
+            check(f"printed a bad line 2 '{H2}:x': slots must be a whole number" in p.stderr,
+                  "a bad line of the discovery script is reported", p.stderr)
+            check(f"waiting for --min-np 2 slots: 1 slot(s) available ({H1}:1), blacklisted: "
+                  f"{H2},{H3}" in p.stderr,
+                  "hvdrun waits for --min-np slots on the hosts it had (the bad output ignored)",
+                  p.stderr)
             check(re.search(r"giving up after waiting 3\.\d s \(--elastic-timeout 3\.0\)",
                             p.stderr) is not None, "it gives up after --elastic-timeout", p.stderr)
         elif SCENARIO == "cooldown":
