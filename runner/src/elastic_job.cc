@@ -224,6 +224,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     arm();
     GenerationOutcome outcome;
     supervise(io, server, sc, &outcome);
+    server.set_handlers({});  // supervise()'s handlers refer to its frame, gone now
     watch.cancel();
     if (io.stopped()) io.restart();
     io.poll();  // the cancelled wait's handler runs now, while what it captures lives

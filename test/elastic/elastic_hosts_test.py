@@ -212,7 +212,12 @@ def main():
         elif SCENARIO == "hostlist":
             p, _ = hvdrun(out, "--min-np", "2", "-H", f"{H1}:1,{H2}:1,{H3}:1",
                           args=(*slow, "--fail", "kill", "--fail-step", "4"))
-            check_result(out, p, 3)
+            evs, _ = check_result(out, p, 3)
+            kill = first_after(evs, 0, "failing", rank=1)
+            first1 = first_after(evs, 1, "first step done")
+            if kill and first1:
+                print(f"measured: {first1 - kill:.2f} s from the SIGKILL on {H2} to the first "
+                      f"step of generation 1 on {H1},{H3}")
             check(f"host {H2} blacklisted (its rank 1 failed) for the rest of the job" in p.stderr,
                   "the failed rank's host is blacklisted for good", p.stderr)
             check(f"generation 1: 2 rank(s) on {H1}:1,{H3}:1" in p.stderr,
