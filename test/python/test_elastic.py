@@ -149,6 +149,24 @@ def test_host_update_seen_by_rank_0_interrupts_every_rank_at_the_same_commit():
     state.commit()  # the update was consumed: no second interrupt
 
 
+def test_host_change_from_hvdrun_interrupts_every_rank_once_per_change(tmp_path, monkeypatch):
+    # hvdrun's wrapper writes "<seq> <bits>" to $HVD_ELASTIC_HOSTS_FILE; only rank 0 reads it.
+    path = tmp_path / "hosts"
+    monkeypatch.setenv("HVD_ELASTIC_HOSTS_FILE", str(path))
+    state = hvd.elastic.ObjectState(step=0)
+    state.commit()  # no file yet: nothing happens
+    path.write_text(f"1 {hvd.elastic.HostUpdateResult.removed}\n" if hvd.rank() == 0 else "junk")
+    with pytest.raises(hvd.HostsUpdatedInterrupt) as info:
+        state.commit()
+    assert info.value.skip_sync is False  # a removal: not only additions
+    state.commit()  # the same seq again: no second interrupt
+    if hvd.rank() == 0:
+        path.write_text(f"2 {hvd.elastic.HostUpdateResult.added}\n")
+    with pytest.raises(hvd.HostsUpdatedInterrupt) as info:
+        state.check_host_updates()
+    assert info.value.skip_sync is True
+
+
 def committed_payload(seed, steps, batch):
     """The snapshot bytes of a TorchState committed after `steps` steps from `seed`."""
     model, opt = trained(seed, steps)
