@@ -65,14 +65,20 @@ DLDataType dl_dtype(DataType t) {
 PyHandle::~PyHandle() { park_keep(); }  // with the GIL held
 
 void PyHandle::park_keep() {
-  if (keep && !keep.is_none() && handle.valid() && !handle.poll()) {
+  if (keep && !keep.is_none() && handle.valid() && !released()) {
     graveyard().push_back({handle, std::move(keep)});
   }
   keep = pyb::none();
 }
 
+bool PyHandle::released() {
+  if (!let_go && finished && handle.released()) let_go = true;
+  return let_go;
+}
+
 bool PyHandle::poll() {
   if (!finished && handle.poll()) finished = true;
+  (void)released();
   return finished;
 }
 
@@ -85,6 +91,7 @@ void PyHandle::wait() {
     s = handle.wait_status();
   }
   finished = true;
+  (void)released();
   // A finished wait is a sync point: dropped handles submitted before it are likely done too.
   sweep_graveyard(false);
   throw_if_error(s);  // hvd::Error: the module's translator raises HorovodInternalError
@@ -98,13 +105,21 @@ void sweep_graveyard(bool all) {
   while (!g.empty()) {
     std::vector<Dropped> done;
     if (all) {
-      done.swap(g);
-      pyb::gil_scoped_release nogil;
-      for (auto& d : done) (void)d.handle.wait_status();
-    } else {
+      std::vector<Dropped> waiting;  // other Python threads may add to `g` meanwhile
+      waiting.swap(g);
+      {
+        pyb::gil_scoped_release nogil;
+        for (auto& d : waiting) (void)d.handle.wait_status();
+      }
+      for (auto& d : waiting) g.push_back(std::move(d));
+    }
+    {
+      // Only once hvd let go of them (Handle::released()): after an abort a handle completes
+      // while the executor may still write into its tensors, and one stuck on a dead peer never
+      // lets go: those stay here for good (a leak, in a job that is already dead).
       size_t kept = 0;
       for (size_t i = 0; i < g.size(); ++i) {
-        if (g[i].handle.poll()) {
+        if (g[i].handle.released()) {
           done.push_back(std::move(g[i]));
         } else {
           if (kept != i) g[kept] = std::move(g[i]);
@@ -205,20 +220,20 @@ void handle_dealloc(PyObject* o) {
   Py_TYPE(o)->tp_free(o);
 }
 
-// `keep` is visited only once the handle saw its collective finish (`finished` changes only
+// `keep` is visited only once the handle saw hvd let go of its tensors (`let_go` changes only
 // under the GIL in poll()/wait(), never during a collection): until then what it holds belongs
 // to the collective, and must be neither cleared nor have its weak references cleared by the
 // collector as part of a dead cycle. `ctx` is always visited.
 int handle_traverse(PyObject* o, visitproc visit, void* arg) {
   PyHandle* h = reinterpret_cast<HandleObject*>(o)->h;  // null until make_handle() set it
   if (!h) return 0;
-  if (h->finished) Py_VISIT(h->keep.ptr());
+  if (h->let_go) Py_VISIT(h->keep.ptr());
   Py_VISIT(h->ctx.ptr());
   return 0;
 }
 
-// The collector breaks a cycle through this handle: `ctx` goes; `keep` goes too once the
-// collective finished, else to the graveyard, which holds it until then. (A cycle through the
+// The collector breaks a cycle through this handle: `ctx` goes; `keep` goes too once hvd let
+// go of it, else to the graveyard, which holds it until then. (A cycle through the
 // `keep` of a handle nobody waited on is not found: see handle_traverse.)
 int handle_clear(PyObject* o) {
   PyHandle* h = reinterpret_cast<HandleObject*>(o)->h;
@@ -287,6 +302,12 @@ PyObject* get_finished(PyObject* o, void* /*unused*/) {
   return PyBool_FromLong(self_of(o).finished);
 }
 
+PyObject* get_released(PyObject* o, void* /*unused*/) {
+  PyHandle& h = self_of(o);
+  (void)h.poll();
+  return PyBool_FromLong(h.let_go);
+}
+
 template <pyb::object PyHandle::*member>
 PyObject* get_object(PyObject* o, void* /*unused*/) {
   return pyb::object(self_of(o).*member).release().ptr();  // a new reference
@@ -322,12 +343,16 @@ PyGetSetDef handle_getset[] = {
     {"received_splits", get_received_splits, nullptr, "alltoall's received splits (waits).",
      nullptr},
     {"finished", get_finished, nullptr, "Set by wait() or a poll() that saw completion.", nullptr},
+    {"released", get_released, nullptr,
+     "True once hvd no longer reads or writes the tensors in `keep` (after an abort a handle "
+     "finishes while the background thread may still write them; never blocks).",
+     nullptr},
     {"ctx", get_object<&PyHandle::ctx>, set_ctx,
      "What the Python layer needs to finish the call (free for its use); `keep` until set.",
      nullptr},
     {"keep", get_object<&PyHandle::keep>, nullptr,
-     "The objects the collective uses, alive until it finished (read-only: the background "
-     "thread may still read and write them; add to it with hold()).",
+     "The objects the collective uses, alive until hvd let go of them (`released`; read-only: "
+     "the background thread may still read and write them; add to it with hold()).",
      nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
@@ -355,7 +380,7 @@ void bind_handle(pyb::module_& m) {
     t.tp_clear = handle_clear;
     t.tp_free = PyObject_GC_Del;
     t.tp_doc =
-        "A collective in flight. Keeps its tensors alive until it finished; dropping it "
+        "A collective in flight. Keeps its tensors alive until hvd let go of them; dropping it "
         "unfinished is safe.";
     t.tp_weaklistoffset = offsetof(HandleObject, weakrefs);
     t.tp_methods = handle_methods;

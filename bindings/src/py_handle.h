@@ -2,10 +2,13 @@
 // The Python side of a collective in flight (private to the extension).
 //
 // A PyHandle holds the core handle plus the Python objects the collective reads or writes
-// (`keep`): they stay alive until the collective is finished. A PyHandle dropped while its
-// collective still runs moves them to a graveyard, swept (with the GIL held) on later
-// submissions and at shutdown, so no Python object is ever released on the background thread
-// and a dropped handle never leaks.
+// (`keep`): they stay alive until hvd let go of them (Handle::released(): normally when the
+// collective finished; after an abort, which fails handles at once, only when the background
+// thread's executor returned). A PyHandle dropped before that moves them to a graveyard, swept
+// (with the GIL held) on later submissions and at shutdown, so no Python object is ever
+// released on the background thread, and no tensor is freed while hvd may write it. An
+// executor stuck for good on a dead peer never lets go: its tensors stay in the graveyard
+// until the process exits (a leak only in a job that is already dead).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -29,6 +32,8 @@ struct PyHandle {
   std::shared_ptr<void> extra;  ///< memory allocated for a device output (owned with it)
   /// Set by wait(): the first wait or a poll() that saw completion.
   bool finished = false;
+  /// Set (GIL held, by released(), poll() and wait()) once finished and hvd let go of `keep`.
+  bool let_go = false;
 
   PyHandle(Handle h, pyb::object k) : handle(std::move(h)), keep(std::move(k)), ctx(keep) {}
   ~PyHandle();
@@ -40,6 +45,8 @@ struct PyHandle {
 
   /// True once finished. Never blocks.
   bool poll();
+  /// True once finished and hvd no longer touches `keep` (updates `let_go`). Never blocks.
+  bool released();
   /// Blocks (GIL released) until finished, then sweeps the graveyard; raises
   /// HorovodInternalError with the core's message.
   void wait();
@@ -50,8 +57,8 @@ struct PyHandle {
   }
 };
 
-/// Releases the Python objects of dropped handles whose collectives have finished (GIL held).
-/// `all`: wait for every dropped handle first (shutdown).
+/// Releases the Python objects of dropped handles that hvd let go of (GIL held). `all`: wait
+/// for every dropped handle to finish first (shutdown); those still not let go stay.
 void sweep_graveyard(bool all);
 /// Dropped handles still waiting for their collective (sweeps the finished ones first).
 size_t graveyard_size();

@@ -180,6 +180,34 @@ Status Completion::wait() {
   return s;
 }
 
+bool Completion::let_go() {
+  if (let_go_.load(std::memory_order_acquire)) return true;
+  if (!work_stopped()) return false;
+  let_go_.store(true, std::memory_order_release);
+  return true;
+}
+
+void HandleState::hold_device(std::shared_ptr<Completion> work) {
+  std::lock_guard<std::mutex> lk(mu);
+  held_.push_back(std::move(work));
+}
+
+bool HandleState::released() {
+  if (in_use.load(std::memory_order_acquire)) return false;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    while (!held_.empty()) {
+      if (!held_.back()->let_go()) return false;
+      held_.pop_back();
+    }
+  }
+  for (const auto& w : parts) {
+    auto p = w.lock();  // gone: the runtime dropped it, so it let go
+    if (p && !p->released()) return false;
+  }
+  return true;
+}
+
 void HandleState::complete_after(Status s, std::shared_ptr<Completion> pending) {
   if (pending) {
     std::lock_guard<std::mutex> lk(mu);
@@ -267,12 +295,69 @@ const std::vector<int64_t>& Handle::received_splits() const {
   return s_->received_splits;
 }
 
+bool Handle::released() const {
+  if (!s_) throw Error(precondition("released() on an empty hvd::Handle"));
+  return s_->released();
+}
+
 }  // namespace hvd
 
 namespace hvd::core {
 
+namespace {
+
+struct Kept {
+  std::mutex mu;
+  std::vector<std::pair<Handle, std::shared_ptr<void>>> items;  // mu
+  std::atomic<size_t> count{0};                                 // items.size(), read without mu
+};
+
+Kept& kept() {
+  static auto* k = new Kept();  // never destroyed: what it keeps may outlive statics
+  return *k;
+}
+
+// Moves the released items of `k` to `out` (k.mu held): freed by the caller after unlocking.
+void take_released(Kept& k, std::vector<std::shared_ptr<void>>* out) {
+  size_t left = 0;
+  for (size_t i = 0; i < k.items.size(); ++i) {
+    if (k.items[i].first.released()) {
+      out->push_back(std::move(k.items[i].second));
+    } else {
+      if (left != i) k.items[left] = std::move(k.items[i]);
+      ++left;
+    }
+  }
+  k.items.resize(left);
+  k.count.store(left, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void keep_until_released(const Handle& h, std::shared_ptr<void> owner) {
+  Kept& k = kept();
+  const bool now = !h.valid() || h.released();
+  // The common case (nothing parked, the collective let go): no lock; `owner` goes on return.
+  if (now && k.count.load(std::memory_order_relaxed) == 0) return;
+  std::vector<std::shared_ptr<void>> drop;  // released after the lock (destructors may call us)
+  std::lock_guard<std::mutex> lk(k.mu);
+  take_released(k, &drop);
+  if (!owner || now) return;
+  k.items.emplace_back(h, std::move(owner));
+  k.count.store(k.items.size(), std::memory_order_relaxed);
+}
+
+size_t kept_until_released() {
+  std::vector<std::shared_ptr<void>> drop;
+  Kept& k = kept();
+  std::lock_guard<std::mutex> lk(k.mu);
+  take_released(k, &drop);
+  return k.items.size();
+}
+
 Handle join_handles(const std::vector<Handle>& parts) {
   auto all = new_handle_state();
+  for (const Handle& h : parts) all->parts.push_back(h.shared_state());
   if (parts.empty()) {
     all->complete(Status::OK());
     return Handle(all);

@@ -180,9 +180,45 @@ Status Runtime::execute_process_set_op(const Response& r, TensorEntry* e) {
     }
     set_ranks_.erase(id);
   }
-  if (child) child->shutdown();
+  if (child) {
+    // Bounded: the global set's thread must never hang on one set. A set that did not stop
+    // within the grace fails what it still holds and is left to finish on its own thread.
+    const auto limit = parts_.shutdown_grace;
+    const std::string ms = std::to_string(limit.count());
+    const bool stopped = child->stop_within(
+        limit, aborted("process set " + std::to_string(id) +
+                       " was removed, but its runtime did not stop within " + ms +
+                       " ms (a collective or round of it is stuck); its work is failed and "
+                       "its thread left to end on its own"));
+    if (!stopped) {
+      HVD_LOG(Warning) << "process set " << id << " did not stop within " << ms
+                       << " ms of its removal; its remaining work was failed";
+    }
+  }
   e->handle->result = id;
   return Status::OK();
+}
+
+bool Runtime::stop_within(std::chrono::milliseconds limit, const Status& late) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!thread_.joinable()) {
+    lk.unlock();
+    shutdown();  // not started: runs its own rounds on this thread (tests)
+    return true;
+  }
+  shutdown_requested_ = true;
+  cv_.notify_all();
+  const bool exited = exit_cv_.wait_for(lk, limit, [&] { return loop_exited_; });
+  lk.unlock();
+  if (!exited) abort(late);  // fails what is left; the thread owns this runtime while it runs
+  lk.lock();
+  if (loop_exited_) {
+    lk.unlock();
+    thread_.join();
+  } else {
+    thread_.detach();  // leaves once its call returns (see start())
+  }
+  return exited;
 }
 
 void Runtime::shutdown_children() {

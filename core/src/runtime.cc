@@ -231,6 +231,7 @@ Handle Runtime::enqueue_with(const std::string& name,
     slot.allocator = nullptr;
   }
   if (!slot.allocator && !slot.pool) slot.pool = pool_;
+  slot.handle->in_use.store(true, std::memory_order_relaxed);  // published by mu_
   slot.active = true;
   ++active_;
   queue_.push_back(&slot);  // slots do not move; only the user side erases idle ones
@@ -266,6 +267,7 @@ void Runtime::retire(TensorEntry* e) {
   if (!slot->active) return;
   slot->active = false;
   --active_;
+  if (slot->handle) slot->handle->in_use.store(false, std::memory_order_release);
   // Drop what could keep user memory alive (the handle's output, an allocator's captures);
   // the rest is overwritten by the next collective of this name.
   slot->handle.reset();
@@ -394,8 +396,14 @@ void Runtime::loop() {
     if (!more) break;
   }
   std::lock_guard<std::mutex> lk(mu_);
+  release_leftovers();
   loop_exited_ = true;
   exit_cv_.notify_all();
+}
+
+void Runtime::release_leftovers() {
+  // The loop has ended: no executor runs the entries an abort failed but left in the table.
+  for (auto& kv : table_) retire(&kv.second);
 }
 
 void Runtime::shutdown() {
@@ -412,6 +420,8 @@ void Runtime::shutdown() {
     lk.unlock();
     while (run_once()) {
     }
+    lk.lock();
+    release_leftovers();
     return;
   }
   // After an abort the thread may be stuck inside a transport call that will never return;

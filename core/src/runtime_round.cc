@@ -112,7 +112,9 @@ bool Runtime::run_once() {
       stopped_ = true;
       stop_status_ = st;
       for (auto& kv : table_) {
-        if (kv.second.active) finished.add(kv.second.handle, about(kv.second.request, st));
+        if (!kv.second.active) continue;
+        kv.second.handle->in_use.store(false, std::memory_order_release);  // never ran
+        finished.add(kv.second.handle, about(kv.second.request, st));
       }
       table_.clear();
       active_ = 0;
@@ -281,6 +283,11 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
     timeline->record_response(parts_.process_set, r, entries, ex ? ex->name() : "none", phases,
                               started, Timeline::Clock::now(), s, ask_late);
   }
+  // The executor returned: the buffers are let go, but for device work it left running, which
+  // each handle holds until it let go too (HandleState::released()).
+  if (pending) {
+    for (TensorEntry* e : mine) e->handle->hold_device(pending);
+  }
   Finished finished(mine.size());
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -292,6 +299,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
       outstanding_.push_back(pending);
     }
     for (TensorEntry* e : mine) {
+      e->handle->in_use.store(false, std::memory_order_release);
       finished.add(std::move(e->handle), s, s.ok() ? pending : nullptr);  // retire(): nothing left
       retire(e);
     }

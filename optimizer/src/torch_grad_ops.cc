@@ -32,9 +32,22 @@ class AfterPassHook : public torch::autograd::FunctionPostHook {
 
 class TorchReduction : public GradReduction {
  public:
-  explicit TorchReduction(Handle h) : handle(std::move(h)) {}
+  TorchReduction(Handle h, std::vector<torch::Tensor> wires)
+      : handle(std::move(h)), wires_(std::move(wires)) {}
+  TorchReduction(const TorchReduction&) = delete;
+  TorchReduction& operator=(const TorchReduction&) = delete;
+  // After an abort the reduction fails while the background thread may still write the wire
+  // tensors: they stay alive until it let go (Handle::released()).
+  ~TorchReduction() override {
+    if (!handle.valid() || handle.released()) return;
+    core::keep_until_released(handle,
+                              std::make_shared<std::vector<torch::Tensor>>(std::move(wires_)));
+  }
   Status wait() override { return handle.wait_status(); }
   Handle handle;
+
+ private:
+  std::vector<torch::Tensor> wires_;  ///< what the reduction reads and writes
 };
 
 class TorchGradParam : public GradParam {
@@ -68,6 +81,7 @@ class TorchGradParam : public GradParam {
   void drop_stash() override { base_ = torch::Tensor(); }
 
   /// The tensor the allreduce works on: .grad itself, or a contiguous / 16-bit staging copy.
+  const torch::Tensor& wire() const { return wire_; }
   Result<TensorView> make_wire(const std::string& name) {
     torch::NoGradGuard no_grad;
     if (!param_.grad().defined()) param_.mutable_grad() = torch::zeros_like(param_);
@@ -127,10 +141,13 @@ class TorchFrontend : public GradFrontend {
                                                 const std::string& name, bool grouped,
                                                 const ReduceSettings& s) override {
     std::vector<TensorView> views;
+    std::vector<torch::Tensor> wires;
     for (GradParam* p : params) {
-      Result<TensorView> v = static_cast<TorchGradParam*>(p)->make_wire(name);
+      auto* tp = static_cast<TorchGradParam*>(p);
+      Result<TensorView> v = tp->make_wire(name);
       if (!v.ok()) return v.status();
       views.push_back(v.value());
+      wires.push_back(tp->wire());
     }
     const double pre = 1.0 / s.predivide, post = s.predivide;
     const ProcessSet set(s.process_set);
@@ -147,7 +164,7 @@ class TorchFrontend : public GradFrontend {
       observer = this->observer;
     }
     if (observer) observer(name, h);
-    return std::shared_ptr<GradReduction>(std::make_shared<TorchReduction>(h));
+    return std::shared_ptr<GradReduction>(std::make_shared<TorchReduction>(h, std::move(wires)));
   }
   void finish(GradParam& p, GradReduction&, size_t, bool ok) override {
     static_cast<TorchGradParam&>(p).finish(ok);

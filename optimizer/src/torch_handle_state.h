@@ -12,8 +12,32 @@
 
 namespace hvd::optim::detail {
 
-/// Keeps inputs, outputs and staging copies alive until the collective is done.
+/// Keeps inputs, outputs and staging copies alive until the collective is done, and past that
+/// until hvd let go of them (after an abort a handle fails at once while the background thread
+/// may still write them: the destructor parks them with core::keep_until_released()).
 struct TorchHandleState {
+  TorchHandleState() = default;
+  TorchHandleState(const TorchHandleState&) = delete;
+  TorchHandleState& operator=(const TorchHandleState&) = delete;
+  ~TorchHandleState() {
+    auto all_released = [&] {
+      if (handle.valid() && !handle.released()) return false;
+      for (const Handle& h : more) {
+        if (h.valid() && !h.released()) return false;
+      }
+      return true;
+    };
+    if (all_released()) return;
+    struct Tensors {
+      std::vector<torch::Tensor> keep, outputs;
+      std::vector<std::pair<torch::Tensor, torch::Tensor>> copy_back;
+    };
+    auto owned = std::make_shared<Tensors>(
+        Tensors{std::move(keep), std::move(outputs), std::move(copy_back)});
+    core::keep_until_released(handle, owned);  // each handle holds them until it let go
+    for (const Handle& h : more) core::keep_until_released(h, owned);
+  }
+
   Handle handle;
   /// Grouped collectives whose core API returns one handle per tensor: the others (all are
   /// waited on; `handle` is the first).

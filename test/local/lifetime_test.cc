@@ -3,6 +3,7 @@
 // process_set() shares ownership, and collectives racing shutdown() fail cleanly (run under
 // TSan and ASan by scripts/run-tests.sh).
 #include <condition_variable>
+#include <cstring>
 #include <thread>
 
 #include "local_cluster.h"
@@ -63,7 +64,116 @@ std::shared_ptr<Runtime> make_runtime(std::shared_ptr<LocalHub> neg, std::shared
   return std::make_shared<Runtime>(Config{}, std::move(parts));
 }
 
+// The user's buffer of a collective: `freed` is set when its owner lets go of it.
+struct Buffer {
+  std::vector<float> data;
+  std::atomic<bool>* freed;
+  Buffer(std::vector<float> d, std::atomic<bool>* f) : data(std::move(d)), freed(f) {}
+  ~Buffer() { freed->store(true); }
+};
+
+// A one-rank executor that, once the gate opens, writes into the output, noting a write into
+// a buffer already freed (`late_writes`): a collective an abort catches half way, its
+// executor stuck in a call (to a dead peer) that returns later, or never.
+class GatedExecutor : public core::Executor {
+ public:
+  GatedExecutor(std::shared_ptr<Gate> g, std::atomic<bool>* freed, std::atomic<int>* late)
+      : gate_(std::move(g)), freed_(freed), late_(late) {}
+  Status execute(const core::Response& /*r*/,
+                 const std::vector<core::TensorEntry*>& entries) override {
+    ++gate_->entered;
+    {
+      std::unique_lock<std::mutex> lk(gate_->mu);
+      gate_->cv.wait(lk, [&] { return gate_->open; });
+    }
+    if (freed_->load()) {
+      ++*late_;  // the bytes below would land in freed memory
+    } else {
+      for (auto* e : entries) std::memset(e->output.data, 0, e->output.bytes());
+    }
+    return Status::OK();
+  }
+  std::string name() const override { return "gated"; }
+
+ private:
+  std::shared_ptr<Gate> gate_;
+  std::atomic<bool>* freed_;
+  std::atomic<int>* late_;
+};
+
 }  // namespace
+
+TEST_CASE(
+    "an abort fails a collective at once but its buffers stay in use until the executor "
+    "returns",
+    "[local]") {
+  auto gate = std::make_shared<Gate>();
+  std::atomic<bool> freed{false};
+  std::atomic<int> late{0};
+  core::RuntimeParts parts{std::make_unique<LocalTransport>(std::make_shared<LocalHub>(1), 0),
+                           std::make_unique<GatedExecutor>(gate, &freed, &late), nullptr};
+  auto rt = std::make_shared<Runtime>(Config{}, std::move(parts));
+  rt->start();
+  auto buf = std::make_shared<Buffer>(std::vector<float>{1.f, 2.f}, &freed);
+  core::TensorEntry e;
+  e.request.op = OpType::kAllreduce;
+  e.request.name = "x";
+  e.request.dtype = DataType::kFloat32;
+  e.request.shape = {2};
+  e.input = TensorView(buf->data.data(), DataType::kFloat32, {2}, Device::host());
+  e.output = e.input;
+  Handle h = rt->enqueue(std::move(e));
+  REQUIRE(eventually([&] { return gate->entered.load() > 0; }));  // inside the executor
+
+  rt->abort(peer_failure("rank 1 died (test)"));
+  Status s = await(h, "x");  // at once: the executor may never return
+  CHECK(s.code() == StatusCode::kPeerFailure);
+  CHECK_FALSE(h.released());  // ... and still writes into the buffer
+  // The user lets go of the buffer now: it must survive until the executor let go.
+  core::keep_until_released(h, std::move(buf));
+  CHECK_FALSE(freed.load());
+  CHECK(core::kept_until_released() >= 1);
+
+  gate->release();  // the stuck call returns
+  REQUIRE(eventually([&] { return h.released(); }));
+  REQUIRE(eventually([&] { return core::kept_until_released() == 0; }));
+  CHECK(freed.load());
+  CHECK(late.load() == 0);
+  rt->shutdown();
+}
+
+TEST_CASE("collectives an abort failed before they ran are released once the loop ended",
+          "[local]") {
+  auto gate = std::make_shared<Gate>();
+  std::atomic<bool> freed{false};
+  std::atomic<int> late{0};
+  core::RuntimeParts parts{std::make_unique<StuckTransport>(gate),
+                           std::make_unique<GatedExecutor>(gate, &freed, &late), nullptr};
+  auto rt = std::make_shared<Runtime>(Config{}, std::move(parts));
+  rt->start();
+  Tensor<float> t({1.f});
+  Handle h = submit(*rt, "queued", t);
+  REQUIRE(eventually([&] { return gate->entered.load() > 0; }));  // stuck negotiating
+  rt->abort(aborted("test abort"));
+  CHECK_FALSE(await(h, "queued").ok());
+  gate->release();  // the round returns; the loop ends without running it
+  rt->shutdown();
+  CHECK(h.released());
+  CHECK(late.load() == 0);
+}
+
+TEST_CASE("a joined handle is released once every part is", "[local]") {
+  Cluster c(2);
+  c.start_all();
+  Tensor<float> a0({1.f}), a1({2.f}), b0({3.f}), b1({4.f});
+  Handle j0 = core::join_handles({submit(c[0], "a", a0), submit(c[0], "b", b0)});
+  Handle j1 = core::join_handles({submit(c[1], "a", a1), submit(c[1], "b", b1)});
+  REQUIRE(await(j0, "joined").ok());
+  REQUIRE(await(j1, "joined").ok());
+  CHECK(eventually([&] { return j0.released() && j1.released(); }));
+  CHECK(a0.out[0] == 3.f);
+  CHECK(b1.out[0] == 7.f);
+}
 
 TEST_CASE("a background thread left stuck by shutdown() keeps its runtime alive", "[local]") {
   auto gate = std::make_shared<Gate>();
@@ -87,6 +197,49 @@ TEST_CASE("a background thread left stuck by shutdown() keeps its runtime alive"
 
   gate->release();  // the call returns: the thread ends and destroys the runtime
   REQUIRE(eventually([&] { return weak.expired(); }));
+}
+
+TEST_CASE("removing a process set whose runtime is stuck never blocks the global set", "[local]") {
+  // Set 1's negotiation never returns (its peers are gone): its shutdown cannot finish, and
+  // the removal, run on the global set's thread, must give up on it after the grace.
+  auto gate = std::make_shared<Gate>();
+  core::RuntimeParts parts{std::make_unique<LocalTransport>(std::make_shared<LocalHub>(1), 0),
+                           std::make_unique<TestExecutor>(std::make_shared<LocalHub>(1), 0),
+                           nullptr};
+  parts.shutdown_grace = std::chrono::milliseconds(200);
+  parts.make_process_set = [gate](int32_t /*id*/, const std::vector<int32_t>& /*ranks*/,
+                                  core::RuntimeParts* out) {
+    out->transport = std::make_unique<StuckTransport>(gate);
+    out->host_executor = std::make_unique<TestExecutor>(std::make_shared<LocalHub>(1), 0);
+    return Status::OK();
+  };
+  auto rt = std::make_shared<Runtime>(Config{}, std::move(parts));
+  rt->start();
+  Handle add = rt->add_process_set({0});
+  REQUIRE(await(add, "add_process_set").ok());
+  const auto id = static_cast<int32_t>(add.state()->result);
+  std::weak_ptr<Runtime> child = rt->process_set(id).value();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  Status removed = await(rt->remove_process_set(id), "remove_process_set", 5.0);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  INFO(removed.to_string());
+  CHECK(removed.ok());
+  CHECK(took < std::chrono::seconds(3));
+  CHECK(rt->process_set_ids() == std::vector<int32_t>{0});
+  // The global set's thread is free: its collectives still run.
+  Tensor<float> t({4.f});
+  REQUIRE(await(submit(*rt, "after", t), "after").ok());
+  CHECK(t.out[0] == 4.f);
+  // The set failed for good, naming itself; its thread ends once its call returns.
+  if (auto c = child.lock()) {
+    CHECK(c->stopped());
+    CHECK(c->stopped_status().message().find("process set " + std::to_string(id) +
+                                             " was removed") != std::string::npos);
+  }
+  gate->release();
+  CHECK(eventually([&] { return child.expired(); }));
+  rt->shutdown();
 }
 
 TEST_CASE("process_set() of the runtime's own set shares ownership", "[local]") {

@@ -162,6 +162,13 @@ void DeviceCompletion::doom_if_unfinished() {
   }
 }
 
+bool DeviceCompletion::work_stopped() {
+  const cudaError_t q = cudaEventQuery(event_);
+  if (q == cudaErrorNotReady) return false;
+  if (q != cudaSuccess) cudaGetLastError();  // a sticky error: the context is gone
+  return true;
+}
+
 bool DeviceCompletion::query(Status* s) {
   std::lock_guard<std::mutex> lk(health_->mu);
   if (doomed_) {  // its work was still running when the communicator was aborted

@@ -70,6 +70,9 @@ class DeviceCompletion : public core::Completion {
 
  protected:
   bool query(Status* s) override;
+  /// The event alone: a doomed or failed response's kernels may still run until it fires
+  /// (after an abort, the communicator's abort ends them).
+  bool work_stopped() override;
 
  private:
   std::shared_ptr<DeviceHealth> health_;

@@ -29,15 +29,25 @@ class Completion {
   /// Blocks until poll() reports (yielding for 50 us, then sleeping 5-500 us between polls)
   /// and returns its status.
   Status wait();
+  /// Never blocks: true once the work itself stopped touching the collective's buffers,
+  /// whatever fail() said (after an abort, poll() reports at once while the device may still
+  /// write; this does not). Stays true once it was.
+  bool let_go();
 
  protected:
   /// The executor's check: never blocks; true once finished, with its status in *s.
   virtual bool query(Status* s) = 0;
+  /// The executor's check for let_go(): never blocks. Default: query() says finished.
+  virtual bool work_stopped() {
+    Status ignored;
+    return query(&ignored);
+  }
 
  private:
   std::mutex mu_;
   Status failed_;
   std::atomic<bool> has_failed_{false};
+  std::atomic<bool> let_go_{false};
 };
 
 /// Shared between the user (waiting) and the background thread (completing).
@@ -66,6 +76,23 @@ struct HandleState {
   Status device_status;
   std::atomic<bool> device_done{true};
 
+  /// Set by the runtime while its executors may read or write this collective's buffers (the
+  /// caller's input and output): from the queueing to the moment the executor returned (see
+  /// released()). Never set on a refused submission.
+  std::atomic<bool> in_use{false};
+  /// join_handles(): the parts (released() asks them).
+  std::vector<std::weak_ptr<HandleState>> parts;
+  /// Device work the executor left running on this collective's buffers; the runtime adds it
+  /// (before clearing `in_use`) and released() drops each once it let go (Completion::let_go).
+  void hold_device(std::shared_ptr<Completion> work);
+  /// Never blocks: true once nothing of hvd reads or writes this collective's buffers any
+  /// more (the executor returned, device work it launched stopped). Completion normally comes
+  /// after it; an abort (a peer died) completes handles at once, while an executor may still
+  /// be inside a call writing into the output, and then this turns true only when that call
+  /// returns: never, if the call waits on the dead peer forever. Whoever frees the buffers
+  /// must wait for it (or keep them: see keep_until_released()).
+  bool released();
+
   /// Completes once; later calls are ignored. Runs the callback (then()) on this thread.
   /// Lock contract: the runtime calls it (and complete_after) only after releasing its own
   /// lock, so a callback may submit collectives (it must not wait for one: it runs on the
@@ -83,7 +110,8 @@ struct HandleState {
   const Status& final_status() const { return status.ok() ? device_status : status; }
 
  private:
-  std::function<void(const Status&)> callback_;  // guarded by mu; see then()
+  std::function<void(const Status&)> callback_;    // guarded by mu; see then()
+  std::vector<std::shared_ptr<Completion>> held_;  // guarded by mu; see hold_device()
 };
 
 /// A new handle state; its memory is recycled (cheaper than malloc for bursts of thousands).
@@ -115,7 +143,15 @@ class Handle {
   /// Output of a collective whose size negotiation decided (allgather, alltoall).
   const TensorView& output() const;
   const std::vector<int64_t>& received_splits() const;
+  /// Never blocks: true once hvd no longer reads or writes the collective's buffers. Completion
+  /// (poll(), wait()) normally implies it, except after an abort (a peer died, a fatal
+  /// transport error): the handle then fails at once, while the background thread may still
+  /// be inside the collective, writing into the output, and perhaps never returns. A caller
+  /// that owns the buffers must not free or reuse them before this is true; passing them to
+  /// core::keep_until_released() does that for it.
+  bool released() const;
   core::HandleState* state() const { return s_.get(); }
+  const std::shared_ptr<core::HandleState>& shared_state() const { return s_; }
 
  private:
   std::shared_ptr<core::HandleState> s_;
@@ -125,6 +161,13 @@ namespace core {
 /// One handle for many: finishes when all of `parts` have (device work included), with the
 /// first error among them.
 Handle join_handles(const std::vector<Handle>& parts);
+/// Keeps `owner` (what owns the buffers of `h`'s collective) alive until h.released(): dropped
+/// here at once when it already is, else parked in a process-wide list, swept by later calls.
+/// After an abort whose executor never returns (stuck on a dead peer) it is never dropped: a
+/// leak, in a job that is already dead, instead of memory written after it was freed.
+void keep_until_released(const Handle& h, std::shared_ptr<void> owner);
+/// Owners keep_until_released() still holds (it sweeps the released ones first).
+size_t kept_until_released();
 }  // namespace core
 
 }  // namespace hvd

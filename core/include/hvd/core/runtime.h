@@ -50,7 +50,8 @@ struct RuntimeParts {
   /// they need not sleep HVD_STALL_CHECK_TIME_SECONDS.
   StallClock clock{};
   /// How long shutdown() waits, after an abort, for a background thread stuck in a transport
-  /// call before it leaves the thread behind (see Runtime::shutdown).
+  /// call before it leaves the thread behind (see Runtime::shutdown); on the global set, also
+  /// how long removing a process set waits for the set's runtime to stop (then it is aborted).
   std::chrono::milliseconds shutdown_grace{10000};
 };
 
@@ -114,6 +115,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// down", or the stop status), never a crash.
   void shutdown();
   /// Fails every pending handle and every later call with `s` (fatal transport error, dead peer).
+  /// Handles complete at once, even those of a collective an executor is running now (it may
+  /// be stuck in a call to a dead peer that never returns): their buffers are let go only when
+  /// the executor returns (HandleState::released(), Handle::released()).
   void abort(const Status& s);
   /// One negotiation round plus execution. Returns false once the runtime has stopped.
   bool run_once();
@@ -152,6 +156,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// Marks a finished table entry idle (mu_ held): its slot waits for the next collective of
   /// its name, so entries are allocated and freed on the user's side only.
   void retire(TensorEntry* e);
+  /// Retires the entries still active once the loop has ended for good (mu_ held): an abort
+  /// completed them, and no executor can use their buffers any more (HandleState::released()).
+  void release_leftovers();
   /// Erases every idle slot (mu_ held); runs when a new name arrives and the idle slots number
   /// at least max(kMaxTable, active slots), so its cost is amortized over as many insertions.
   void drop_idle_slots();
@@ -186,6 +193,10 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// translates the set's ranks for it.
   void share_timeline(const Runtime& global, std::vector<int32_t> global_ranks);
   void shutdown_children();
+  /// A process set's removal (called on the global set's thread): shutdown() that waits at
+  /// most `limit` for the loop to end, then aborts with `late` (failing what is left) and
+  /// leaves the thread to end on its own, holding its reference. True when it stopped in time.
+  bool stop_within(std::chrono::milliseconds limit, const Status& late);
 
   // Lock contract. "mu_": guarded by mu_ (user threads and the background thread); "loop":
   // the background thread's alone (or run_once()'s caller when not started); "const": set by
