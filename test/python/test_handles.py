@@ -207,6 +207,21 @@ def test_a_finished_handle_releases_its_tensors_when_dropped():
     assert graveyard_drained()
 
 
+def test_released_says_when_hvd_let_go_of_the_tensors():
+    # Normally at completion; after an abort a handle finishes first and `released` follows
+    # only once the background thread's executor returned (the graveyard waits for it).
+    name = "handles.released"
+    if R == 0:
+        h = hvd.allreduce_async_(torch.ones(4), name=name, op=hvd.Sum)
+        assert not h.released  # the others submit after the barrier: still in hvd's hands
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = hvd.allreduce_async_(torch.ones(4), name=name, op=hvd.Sum)
+    assert hvd.synchronize(h).tolist() == [N] * 4
+    assert h.poll() and h.released
+
+
 def test_synchronize_after_poll_returns_the_result_and_may_repeat():
     x = torch.full((3,), float(R + 1))
     h = hvd.allreduce_async(x, op=hvd.Sum)
