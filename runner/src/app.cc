@@ -227,7 +227,7 @@ int launch(const Options& o) {
   boost::asio::io_context io;
   ControlServer server(io, token);
   server.start();
-  NetworkSetup net = prepare_network(io, o, {remote, server.port(), token, self, cwd, path});
+  NetworkSetup net = prepare_network(io, o, {remote, server.port(), token, self, cwd, path, {}});
   if (!net.ok) {
     std::cerr << net.report;
     return kExitPreflight;

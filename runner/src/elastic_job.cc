@@ -2,7 +2,8 @@
 // Elastic mode's driver (elastic_job.h). Each generation:
 //   1. plan: the host source's hosts less the blacklisted ones; wait (up to --elastic-timeout)
 //      until they offer --min-np slots; np = min(--max-np, slots) (plan_generation);
-//   2. preflight the generation's remote hosts (a host failing it is blacklisted; replan);
+//   2. preflight the generation's remote hosts not checked before (a host failing it is
+//      blacklisted; replan); every host is checked again after mpirun failed on its own;
 //   3. one mpirun, supervised; every 250 ms the host source is compared with the running
 //      generation (host_update_bits) and a change is sent to every wrapper (HOSTS, wire.h),
 //      which hands it to the program: rank 0 sees it at the next commit() and every rank
@@ -109,8 +110,12 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
   auto hosts_now = [&]() -> const std::vector<HostSlots>& {
     return discovery ? discovery->hosts() : job.static_hosts;
   };
+  std::vector<HostNetwork> known;  // hosts that passed a preflight (re-checked after failures)
   auto blacklist_host = [&](const std::string& host, const std::string& why) {
     const double cooldown = blacklist.add(host, now_s());
+    known.erase(std::remove_if(known.begin(), known.end(),
+                               [&](const HostNetwork& n) { return n.host == host; }),
+                known.end());
     say("hvdrun: elastic: host " + host + " blacklisted (" + why + ") " +
         (cooldown < 0
              ? std::string("for the rest of the job (no --blacklist-cooldown-range)")
@@ -155,8 +160,8 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     for (const auto& h : plan.used) {
       if (!is_this_machine(h.name, job.own_hostname)) remote.push_back(h.name);
     }
-    NetworkSetup net =
-        prepare_network(io, o, {remote, server.port(), job.token, job.self, job.cwd, job.path});
+    NetworkSetup net = prepare_network(
+        io, o, {remote, server.port(), job.token, job.self, job.cwd, job.path, known});
     if (!net.ok) {
       std::cerr << net.report;
       for (const auto& h : net.failed_hosts) blacklist_host(h, "it failed the preflight");
@@ -167,6 +172,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
         remote_used.push_back(h);
       }
     }
+    known = net.checked;
     // 3. The generation, with the host source watched every 250 ms.
     LaunchSpec spec;
     spec.np = plan.np;
@@ -238,6 +244,9 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
         blacklist_host(placement[outcome.failed_rank].host,
                        "its rank " + std::to_string(outcome.failed_rank) + " failed");
       }
+    }
+    if (!ok && outcome.signal == 0 && outcome.failed_rank < 0) {
+      known.clear();  // mpirun failed without a rank's code: check every host again
     }
     ElasticDecision d = decide_after_generation(outcome, resets, o.reset_limit);
     if (d.step == NextStep::kRestart && seq > 0 && outcome.exit_code == kExitElasticRestart) {

@@ -19,8 +19,17 @@ NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
     if (i.find('/') == std::string::npos) out.nccl_names.push_back(i);
   }
   if (!t.remote.empty()) {
+    std::vector<HostNetwork> nets;
     PreflightConfig pc;
-    pc.hosts = t.remote;
+    for (const auto& h : t.remote) {
+      auto k = std::find_if(t.known.begin(), t.known.end(),
+                            [&](const HostNetwork& n) { return n.host == h; });
+      if (k == t.known.end()) {
+        pc.hosts.push_back(h);
+      } else {
+        nets.push_back(*k);
+      }
+    }
     pc.ssh_port = o.ssh_port;
     pc.ssh_identity = o.ssh_identity;
     pc.timeout_s = o.start_timeout_s;
@@ -34,8 +43,8 @@ NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
     }
     pc.listener_port = t.listener_port;
     pc.token = t.token;
-    PreflightResult pre = run_preflight(io, pc);
-    std::vector<HostNetwork> nets;
+    PreflightResult pre;
+    if (!pc.hosts.empty()) pre = run_preflight(io, pc);
     for (const auto& h : pre.hosts) {
       nets.push_back({h.host, h.report.interfaces, h.report.reached});
     }
@@ -43,6 +52,7 @@ NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
     if (pre.ok()) {
       choice = choose_interfaces(master_ifaces, nets);
       if (!choice.error.empty() && o.network_interfaces.empty()) {
+        if (pre.hosts.empty()) pre.hosts.push_back({t.remote.front(), {}, {}, 0});
         pre.hosts.front().problems.push_back(choice.error);
       }
     }
@@ -75,9 +85,15 @@ NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
       }
     }
     if (o.verbose) {
-      std::fprintf(stderr, "hvdrun: preflight passed for %zu host(s) in %.2f s\n", pre.hosts.size(),
+      std::fprintf(stderr, "hvdrun: preflight passed for %zu host(s) in %.2f s", pre.hosts.size(),
                    pre.seconds);
+      if (nets.size() > pre.hosts.size()) {
+        std::fprintf(stderr, "; %zu host(s) passed it before, not checked again",
+                     nets.size() - pre.hosts.size());
+      }
+      std::fprintf(stderr, "\n");
     }
+    out.checked = nets;
   }
   out.wrapper_addresses.push_back("127.0.0.1");
   return out;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hvd/runner/cli.h"
+#include "hvd/runner/interfaces.h"
 
 namespace hvd::runner {
 
@@ -19,6 +20,7 @@ struct NetworkSetup {
   std::vector<std::string> mpi_interfaces;     // oob/btl *_if_include
   std::vector<std::string> nccl_names;         // NCCL_SOCKET_IFNAME
   std::vector<std::string> wrapper_addresses;  // master addresses every host reached
+  std::vector<HostNetwork> checked;            // what each remote host's preflight found
 };
 
 // Where the preflight runs and what it checks.
@@ -29,11 +31,15 @@ struct NetworkTarget {
   std::string self;  // hvdrun's own path
   std::string cwd;
   std::string path;  // PATH
+  // Hosts that passed a preflight of this job before: not checked again, their networks
+  // taken from here (elastic mode's later generations).
+  std::vector<HostNetwork> known;
 };
 
 // Without remote hosts: the interfaces of --network-interface and no preflight. Otherwise the
-// preflight of every remote host in parallel (preflight.h), then the interfaces that reach all
-// of them (or the user's). 127.0.0.1 is always the last wrapper address.
+// preflight of every remote host not in `known`, in parallel (preflight.h), then the
+// interfaces that reach all of them (or the user's). 127.0.0.1 is always the last wrapper
+// address.
 NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
                              const NetworkTarget& target);
 
