@@ -9,6 +9,12 @@
 //   hvd::wait(h);  // throws hvd::Error naming the tensor and ranks if the ranks disagree
 //   hvd::shutdown();
 // clang-format on
+//
+// Buffers: the memory a TensorView points to belongs to hvd from the call until the handle's
+// released() is true (normally when it completes). After an abort (a rank died) handles fail
+// at once while the background thread may still write into an output, perhaps for good: free
+// or reuse such memory only once released(), or hand its owner to
+// hvd::core::keep_until_released(handle, owner) (see docs/cpp-api.md, Handles).
 #pragma once
 
 #include <functional>
