@@ -127,12 +127,6 @@ int launch_elastic(const Options& o, const std::optional<SlurmAllocation>& alloc
       }
       job.static_hosts = {{"localhost", slots}};
     }
-    const std::string own_short = own.substr(0, own.find('.'));
-    job.this_machine_only = true;
-    for (const auto& h : job.static_hosts) {
-      job.this_machine_only =
-          job.this_machine_only && (is_local_host(h.name, own) || h.name == own_short);
-    }
   }
   if (o.dry_run) {
     std::cerr << "hvdrun: elastic: hosts "

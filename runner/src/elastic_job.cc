@@ -8,7 +8,7 @@
 //      generation (host_update_bits) and a change is sent to every wrapper (HOSTS, wire.h),
 //      which hands it to the program: rank 0 sees it at the next commit() and every rank
 //      leaves with exit code 75 at that same step;
-//   4. a rank that failed blacklists its host (not on this machine alone); then restart
+//   4. a rank that failed blacklists its host (never hvdrun's own machine); then restart
 //      (counted against --reset-limit), succeed or give up (decide_after_generation).
 #include "elastic_job.h"
 
@@ -238,11 +238,14 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     // 4. Blacklist a failed host, then restart, succeed or give up.
     const bool ok = outcome.exit_code == 0 && outcome.rank0_done;
     if (!ok && outcome.signal == 0 && outcome.exit_code != kExitElasticRestart &&
-        outcome.failed_rank >= 0 && !job.this_machine_only) {
+        outcome.failed_rank >= 0) {
       const auto placement = place_ranks(plan.used);
       if (static_cast<size_t>(outcome.failed_rank) < placement.size()) {
-        blacklist_host(placement[outcome.failed_rank].host,
-                       "its rank " + std::to_string(outcome.failed_rank) + " failed");
+        const std::string& host = placement[outcome.failed_rank].host;
+        // hvdrun's own machine stays: were it broken, hvdrun would be too.
+        if (!is_this_machine(host, job.own_hostname)) {
+          blacklist_host(host, "its rank " + std::to_string(outcome.failed_rank) + " failed");
+        }
       }
     }
     if (!ok && outcome.signal == 0 && outcome.failed_rank < 0) {

@@ -19,8 +19,7 @@ struct ElasticJob {
   // The host source when there is no --host-discovery-script: -H/--hostfile, the Slurm
   // allocation or this machine.
   std::vector<HostSlots> static_hosts;
-  int max_np = 0;                  // 0 = every slot
-  bool this_machine_only = false;  // the only host is this machine: nothing to blacklist
+  int max_np = 0;  // 0 = every slot
   bool in_slurm_allocation = false;
   std::string own_hostname;
   std::string self;  // hvdrun's path
