@@ -91,6 +91,11 @@ void build_app(CLI::App& app, Options& o) {
       ->allow_extra_args(false);
   app.add_option("--reset-limit", o.reset_limit,
                  "Elastic mode: give up after this many restarts (default: no limit)");
+  app.add_option("--elastic-step-timeout", o.step_timeout_s,
+                 "Elastic mode: a rank that makes no progress (no collective completed, no "
+                 "commit) for this many seconds is handled like a dead one (default 300; 0 = "
+                 "off; docs/elastic.md)")
+      ->envname("HVD_ELASTIC_STEP_TIMEOUT");
   app.add_flag("--check-build", o.check_build,
                "Print what this build has (MPI, NCCL, CUDA, libtorch, Python) and exit");
 }
@@ -167,6 +172,9 @@ void validate(Options& o, bool np_optional) {
   if (o.reset_limit < -1 || (o.reset_limit >= 0 && o.min_np == 0)) {
     throw UsageError(o.reset_limit < -1 ? "--reset-limit must be 0 or more (e.g. 3)"
                                         : "--reset-limit needs elastic mode: add --min-np N");
+  }
+  if (!(o.step_timeout_s >= 0)) {
+    throw UsageError("--elastic-step-timeout must be zero (off) or more seconds (e.g. 300)");
   }
   if (!(o.start_timeout_s > 0)) {
     throw UsageError("--start-timeout must be a positive number of seconds (e.g. 30)");

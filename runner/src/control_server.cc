@@ -65,6 +65,9 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
         server_.sessions_[id_] = shared_from_this();
         if (h.on_hello) h.on_hello(*m);
         return true;
+      case MessageKind::kBeat:
+        if (h.on_beat) h.on_beat(*m);
+        return true;
       case MessageKind::kDone:
         if (h.on_done) h.on_done(*m);
         return true;

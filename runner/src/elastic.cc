@@ -14,9 +14,10 @@ ElasticDecision decide_after_generation(const GenerationOutcome& o, int resets_d
             "hvdrun: elastic: stopped by a signal; not restarting"};
   }
   if (o.exit_code == 0 && o.rank0_done) return {NextStep::kSucceed, kExitOk, ""};
-  const std::string why = o.exit_code == 0
-                              ? "every rank exited 0 but rank 0 never reported completion"
-                              : "a rank failed (" + describe_exit_code(o.exit_code) + ")";
+  const std::string why =
+      o.exit_code == 0              ? "every rank exited 0 but rank 0 never reported completion"
+      : o.exit_code == kExitStalled ? "a rank stopped making progress (--elastic-step-timeout)"
+                                    : "a rank failed (" + describe_exit_code(o.exit_code) + ")";
   const int code = o.exit_code == 0 ? kExitLaunch : o.exit_code;
   if (reset_limit >= 0 && resets_done >= reset_limit) {
     return {NextStep::kGiveUp, code,

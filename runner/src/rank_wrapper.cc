@@ -3,6 +3,8 @@
 // process group, reports HELLO/EXIT to the master and relays TERM/KILL (protocol in wire.h).
 // The program dies with the wrapper (PR_SET_PDEATHSIG), and the wrapper stops the program when
 // the master's connection drops, so neither a dead master nor a killed orted leaves it behind.
+// In elastic mode it also forwards the program's progress reports (HVD_ELASTIC_PROGRESS_FILE,
+// polled twice a second) to the master's step watchdog as BEAT lines (elastic_watchdog.h).
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,7 +22,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "hvd/runner/local_system.h"
@@ -85,6 +89,13 @@ void write_hosts_file(const std::string& path, int seq, int bits) {
   if (std::fclose(f) == 0 && ok) std::rename(tmp.c_str(), path.c_str());
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 }  // namespace
 
 int run_rank_wrapper(const std::vector<std::string>& args) {
@@ -122,17 +133,20 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   // this file; the wrapper reports DONE before EXIT, so the master can tell an early exit 0.
   // hvdrun's HOSTS messages go to the program through $HVD_ELASTIC_HOSTS_FILE ("<seq> <bits>",
   // replaced by rename), which rank 0 reads at each commit()/check_host_updates().
-  std::string completion;
+  std::string completion, progress;
   std::string hosts_file;
   if (const char* dir = std::getenv("HVD_ELASTIC_STATE_DIR")) {
     ::mkdir(dir, 0700);
     const std::string me = std::to_string(rank) + "." + std::to_string(getpid());
     completion = std::string(dir) + "/complete." + me;
     hosts_file = std::string(dir) + "/hosts." + me;
+    progress = std::string(dir) + "/progress." + me;
     ::unlink(completion.c_str());
     ::unlink(hosts_file.c_str());
+    ::unlink(progress.c_str());
     setenv("HVD_ELASTIC_COMPLETION_FILE", completion.c_str(), 1);
     setenv("HVD_ELASTIC_HOSTS_FILE", hosts_file.c_str(), 1);
+    setenv("HVD_ELASTIC_PROGRESS_FILE", progress.c_str(), 1);
   }
 
   std::vector<char*> argv;
@@ -164,6 +178,7 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   asio::steady_timer kill_timer(io);
   auto stop = [&](int sig) {
     ::kill(-child, sig);
+    ::kill(-child, SIGCONT);  // a stopped program (SIGSTOP) gets its TERM now, not at KILL
     if (sig == SIGKILL || stopping) return;
     stopping = true;
     kill_timer.expires_after(std::chrono::milliseconds(static_cast<long>(grace * 1000)));
@@ -209,7 +224,45 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
     });
   };
   read_master();
+
+  // Lines to the master while the program runs (BEAT), written one at a time.
+  std::string outbox;
+  bool writing = false;
+  std::function<void()> flush = [&] {
+    if (writing || outbox.empty()) return;
+    writing = true;
+    auto data = std::make_shared<std::string>(std::move(outbox));
+    outbox.clear();
+    asio::async_write(socket, asio::buffer(*data),
+                      [&, data](boost::system::error_code, std::size_t) {
+                        writing = false;
+                        flush();
+                      });
+  };
+  asio::steady_timer beat_timer(io);
+  std::string seen;
+  int beats = 0;
+  bool completed = false;
+  std::function<void()> watch_progress = [&] {
+    beat_timer.expires_after(std::chrono::milliseconds(500));
+    beat_timer.async_wait([&](boost::system::error_code e) {
+      if (e) return;
+      std::string now = read_file(progress);
+      if (!now.empty() && now != seen) {
+        seen = now;
+        outbox += format_message({MessageKind::kBeat, token, host, rank, ++beats}) + "\n";
+      }
+      if (!completed && ::access(completion.c_str(), F_OK) == 0) {
+        completed = true;  // returned from @hvd.elastic.run: the watchdog lets it finish
+        outbox += format_message({MessageKind::kBeat, token, host, rank, -1}) + "\n";
+      }
+      flush();
+      watch_progress();
+    });
+  };
+  if (!progress.empty()) watch_progress();
   io.run();
+  beat_timer.cancel();
   if (exit_code < 0) {  // io stopped without the child: should not happen; be safe
     ::kill(-child, SIGKILL);
     int status = 0;
@@ -224,6 +277,7 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
     }
     ::unlink(completion.c_str());
     ::unlink(hosts_file.c_str());
+    ::unlink(progress.c_str());
   }
   asio::write(
       socket,

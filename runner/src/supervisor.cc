@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 
+#include "hvd/runner/elastic_watchdog.h"
 #include "hvd/runner/errors.h"
 #include "hvd/runner/subprocess.h"
 #include "hvd/runner/tag_output.h"
@@ -78,6 +79,8 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
   asio::steady_timer kill_timer(io);
   asio::steady_timer final_timer(io);
+  asio::steady_timer watchdog_timer(io);
+  StepWatchdog watchdog(cfg.elastic ? cfg.step_timeout_s : 0);
 
   // Ranks are stopped through their wrappers; mpirun, which aborts the job by itself when a
   // rank ends non-zero, is signalled only when it outlives the grace period (a TERM in the
@@ -106,9 +109,17 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   };
 
   ControlServer::Handlers h;
-  h.on_hello = [&](const Message&) { ++hellos; };
+  h.on_hello = [&](const Message& m) {
+    ++hellos;
+    watchdog.started(m.rank, m.host);
+  };
+  h.on_beat = [&](const Message& m) {
+    if (m.value < 0) watchdog.finished(m.rank);
+    if (m.value >= 0) watchdog.progress(m.rank, since(t0));
+  };
   h.on_done = [&](const Message& m) { done.insert(m.rank); };
   h.on_exit = [&](const Message& m) {
+    watchdog.finished(m.rank);
     if (first || stop_signal != 0) return;
     if (m.value == 0 && cfg.elastic && done.count(m.rank) == 0) {
       first = Failure{m.rank, m.host, kExitLaunch};
@@ -153,6 +164,22 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   };
   wait_signal();
 
+  // The step watchdog: a rank that stopped making progress is handled like a dead one.
+  std::function<void()> watch = [&] {
+    watchdog_timer.expires_after(std::chrono::milliseconds(500));
+    watchdog_timer.async_wait([&](boost::system::error_code ec) {
+      if (ec || stopping) return;
+      if (auto stall = watchdog.check(since(t0)); stall && !first && stop_signal == 0) {
+        first = Failure{stall->ranks.front(), watchdog.host_of(stall->ranks.front()), kExitStalled};
+        write_line(2, describe_stall(*stall, watchdog));
+        begin_stop();
+        return;
+      }
+      watch();
+    });
+  };
+  if (cfg.elastic && cfg.step_timeout_s > 0) watch();
+
   mpirun.on_stdout([&](const std::string& l) { write_line(1, cfg.retag ? retag_line(l) : l); });
   mpirun.on_stderr([&](const std::string& l) { write_line(2, cfg.retag ? retag_line(l) : l); });
   mpirun.on_exit([&](int status) {
@@ -179,6 +206,7 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   signals.cancel();
   kill_timer.cancel();
   final_timer.cancel();
+  watchdog_timer.cancel();
   if (outcome) {
     outcome->rank0_done = done.count(0) > 0;
     outcome->signal = stop_signal;

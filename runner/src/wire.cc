@@ -33,6 +33,9 @@ std::string format_message(const Message& m) {
     case MessageKind::kHello:
       return "HELLO " + m.token + " " + std::to_string(m.rank) + " " + m.host + " " +
              std::to_string(m.value);
+    case MessageKind::kBeat:
+      return "BEAT " + m.token + " " + std::to_string(m.rank) + " " + m.host + " " +
+             std::to_string(m.value);
     case MessageKind::kDone:
       return "DONE " + m.token + " " + std::to_string(m.rank) + " " + m.host;
     case MessageKind::kExit:
@@ -73,8 +76,10 @@ std::optional<Message> parse_message(const std::string& line) {
     m.token = w[1];
     m.host = w[3];
     if (!to_int(w[2], m.rank) || m.rank < 0) return std::nullopt;
-  } else if ((w[0] == "HELLO" || w[0] == "EXIT") && w.size() == 5) {
-    m.kind = w[0] == "HELLO" ? MessageKind::kHello : MessageKind::kExit;
+  } else if ((w[0] == "HELLO" || w[0] == "BEAT" || w[0] == "EXIT") && w.size() == 5) {
+    m.kind = w[0] == "HELLO"  ? MessageKind::kHello
+             : w[0] == "BEAT" ? MessageKind::kBeat
+                              : MessageKind::kExit;
     m.token = w[1];
     m.host = w[3];
     if (!to_int(w[2], m.rank) || !to_int(w[4], m.value) || m.rank < 0) return std::nullopt;

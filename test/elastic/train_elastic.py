@@ -1,42 +1,104 @@
 # SPDX-License-Identifier: Apache-2.0
 """[elastic] A Horovod elastic training script (only the import changed), with a failure that
-test/elastic/elastic_test.py asks for in generation 0 (--fail kill|exit0|always, --fail-step;
---fail-gens N: in generations 0..N-1).
+test/elastic/elastic_test.py asks for in generation 0 (--fail MODE, --fail-step, --fail-rank;
+--fail-gens N: in generations 0..N-1):
+
+  kill            SIGKILL at the start of the step
+  kill-allreduce  SIGKILL after backward() queued the gradients' allreduces, before step() waits
+  exit0           exit 0 at the start of the step (not returning from @hvd.elastic.run)
+  raise           raise a RuntimeError from the training function
+  stop            SIGSTOP (the process stays alive; hvdrun's step watchdog must notice)
+  kill-commit     SIGKILL in the middle of writing the commit's snapshot (half a file written)
+  kill-restore    SIGKILL at --fail-step, then (generation 1) SIGKILL again while receiving the
+                  snapshot broadcast of the restore
+  always          SIGKILL at --fail-step in every generation
+
+--fake-hosts K puts rank r on fake host r % K: its own snapshot directory, local rank r // K
+(so K ranks write snapshots). --lose-host H: generation 1 starts without fake host H's snapshot
+(that host was lost with the state it held). --long-step S: in generation 0, step 2 runs
+collectives for S seconds without a commit. --step-sleep S: sleep S seconds per step.
+--log-batches: rank 0 logs every step's batches of all ranks (elastic_hosts_test.py replays them).
 
 Linear regression, SGD with momentum, ElasticSampler over 64 samples, 4 per rank per batch,
-commit every --commit-every batches and at each epoch's end. Rank 0 writes the final
-parameters (float64 hex), and every rank its events with their times, to --out.log."""
-import argparse
-import os
-import signal
-import time
+commit every --commit-every batches and at each epoch's end. Every step allgathers the batch's
+sample indices into the state (`seen`), and each epoch's end checks that the committed steps
+covered every sample exactly once. Rank 0 writes the step count, the final parameters (float64
+hex) and then the coverage, and every rank its events with their times, to --out.log."""
+import time  # noqa: I100 (first: the start-up times of bench/elastic_bench.sh)
 
-import torch
+T_STARTED = time.time()
 
-import hvd.torch as hvd
+import argparse  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+
+import torch  # noqa: E402
+
+import hvd.torch as hvd  # noqa: E402
+from hvd.common import basics  # noqa: E402
+import hvd.common.elastic as common_elastic  # noqa: E402
+
+T_IMPORTED = time.time()
 
 p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
-p.add_argument("--fail", choices=["none", "kill", "exit0", "always"], default="none")
+p.add_argument("--fail", default="none",
+               choices=["none", "kill", "kill-allreduce", "exit0", "raise", "stop", "kill-commit",
+                        "kill-restore", "always"])
 p.add_argument("--fail-step", type=int, default=11)
 p.add_argument("--fail-rank", type=int, default=1)
 p.add_argument("--commit-every", type=int, default=3)
 p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--fail-gens", type=int, default=1, help="fail in generations below this")
+p.add_argument("--fake-hosts", type=int, default=0)
+p.add_argument("--lose-host", type=int, default=-1)
+p.add_argument("--long-step", type=float, default=0)
 p.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step (slow jobs)")
 p.add_argument("--log-batches", action="store_true",
                help="rank 0 logs every step's batches of all ranks (for a replay)")
 args = p.parse_args()
 
 hvd.init()
+T_INITIALIZED = time.time()
 generation = int(os.environ.get("HVD_ELASTIC_GENERATION", "0"))
+rank = hvd.rank()
 log = open(args.out + ".log", "a")  # every rank appends whole lines
 
 
 def event(text):
-    log.write(f"{time.time():.6f} gen{generation} rank{hvd.rank()} {text}\n")
+    log.write(f"{time.time():.6f} gen{generation} rank{rank} {text}\n")
     log.flush()
 
+
+event(f"timing started {T_STARTED:.6f} imported {T_IMPORTED:.6f} "
+      f"initialized {T_INITIALIZED:.6f}")
+
+
+if args.fake_hosts:
+    host_dir = os.path.join(os.environ["HVD_ELASTIC_STATE_DIR"], f"host{rank % args.fake_hosts}")
+    os.environ["HVD_ELASTIC_STATE_DIR"] = host_dir
+    basics.local_rank = lambda: rank // args.fake_hosts
+    if generation == 1 and rank == args.lose_host:
+        try:
+            os.unlink(os.path.join(host_dir, "snapshot"))
+        except FileNotFoundError:
+            pass
+        event("lost my host's snapshot")
+
+failing = args.fail != "none" and (args.fail == "always" or generation < args.fail_gens)
+if failing and args.fail == "kill-commit" and rank == args.fail_rank:
+    real_write = common_elastic.write_snapshot
+
+    def torn_write(directory, commit_id, world_size, payload):
+        if state.step == args.fail_step:
+            with open(os.path.join(directory, "snapshot.tmp.%d" % os.getpid()), "wb") as f:
+                f.write(b"HVDSNAP1" + payload[:len(payload) // 2])
+                f.flush()
+            event(f"failing (kill-commit) in commit {commit_id}")
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_write(directory, commit_id, world_size, payload)
+
+    common_elastic.write_snapshot = torn_write
 
 torch.manual_seed(0)
 N, BATCH = 64, 4
@@ -48,9 +110,30 @@ model = torch.nn.Linear(4, 1).double()
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9),
                                named_parameters=model.named_parameters())
 sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=1)
-state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=0, step=0)
+state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=0, step=0, seen=[],
+                               covered=[])
 state.register_reset_callbacks([lambda: event(f"reset at commit {state.commit_id} "
                                               f"step {state.step}")])
+
+if args.fail == "kill-restore" and generation == 1 and rank == args.fail_rank:
+    real_bcast = state._bcast_object
+
+    def dying_bcast(obj, root_rank, name=None):
+        if name == "hvd.elastic.snapshot":
+            event("failing (kill-restore) in the snapshot broadcast")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_bcast(obj, root_rank=root_rank, name=name)
+
+    state._bcast_object = dying_bcast
+
+
+def fail_now():
+    event(f"failing ({args.fail}) at step {state.step}")
+    if args.fail == "exit0":
+        os._exit(0)
+    if args.fail == "raise":
+        raise RuntimeError(f"rank {rank} fails on purpose at step {state.step}")
+    os.kill(os.getpid(), signal.SIGSTOP if args.fail == "stop" else signal.SIGKILL)
 
 
 @hvd.elastic.run
@@ -59,15 +142,19 @@ def train(state):
     while state.epoch < args.epochs:
         batches = [list(sampler)[i:i + BATCH] for i in range(0, len(sampler), BATCH)]
         for b, idx in enumerate(batches):
-            fail = (args.fail == "always" or generation < args.fail_gens) and args.fail != "none"
-            if fail and state.step == args.fail_step and hvd.rank() == args.fail_rank:
-                event(f"failing ({args.fail}) at step {state.step}")
-                if args.fail == "exit0":
-                    os._exit(0)
-                os.kill(os.getpid(), signal.SIGKILL)
+            fail = failing and state.step == args.fail_step and rank == args.fail_rank
+            if fail and args.fail in ("kill", "exit0", "raise", "stop", "kill-restore", "always"):
+                fail_now()
+            if generation == 0 and args.long_step and state.step == 2:
+                t = time.time()
+                x = torch.zeros(1)
+                while time.time() - t < args.long_step:  # a long step: collectives, no commit
+                    hvd.allreduce(x, name="long_step")
+                    time.sleep(0.2)
+                event(f"long step of {time.time() - t:.1f} s without a commit")
             if args.log_batches:
                 every = hvd.allgather_object(idx, name="test.batches")
-                if hvd.rank() == 0:
+                if rank == 0:
                     event(f"batch step {state.step + 1} epoch {state.epoch} np {hvd.size()} "
                           f"{every}")
             if args.step_sleep:
@@ -75,7 +162,10 @@ def train(state):
             opt.zero_grad()
             loss = ((model(X[idx]) - Y[idx]) ** 2).mean()
             loss.backward()
+            if fail and args.fail == "kill-allreduce":
+                fail_now()
             opt.step()
+            state.seen.extend(i for ids in hvd.allgather_object(idx) for i in ids)
             state.step += 1
             if first:
                 event(f"first step done (step {state.step})")
@@ -86,6 +176,8 @@ def train(state):
                 state.commit()
                 event(f"commit {state.commit_id} at step {state.step} "
                       f"took {1e3 * (time.perf_counter() - t):.3f} ms")
+        state.covered.append(sorted(state.seen) == dataset)
+        state.seen = []
         state.epoch += 1
         sampler.set_epoch(state.epoch)
         state.commit()
@@ -93,10 +185,11 @@ def train(state):
 
 
 steps = train(state)
-if hvd.rank() == 0:
+if rank == 0:
     with open(args.out, "w") as f:
         f.write(f"steps {steps}\n")
         for name, t in model.state_dict().items():
             f.write(name + " " + " ".join(float(v).hex() for v in t.flatten().tolist()) + "\n")
+        f.write(f"epochs covered exactly once: {sum(state.covered)} of {len(state.covered)}\n")
 event("done")
 hvd.shutdown()

@@ -27,6 +27,12 @@ TEST_CASE("wire messages round-trip and junk is rejected", "[unit]") {
   REQUIRE(d);
   CHECK((d->kind == MessageKind::kDone && d->rank == 2 && d->host == "node1"));
   CHECK_FALSE(parse_message("DONE tok -2 node1"));
+  Message beat{MessageKind::kBeat, "tok", "node1", 1, -1};
+  CHECK(format_message(beat) == "BEAT tok 1 node1 -1");
+  auto b = parse_message("BEAT tok 1 node1 17");
+  REQUIRE(b);
+  CHECK((b->kind == MessageKind::kBeat && b->rank == 1 && b->host == "node1" && b->value == 17));
+  CHECK_FALSE(parse_message("BEAT tok 1 node1"));
   CHECK(parse_message("KILL")->kind == MessageKind::kKill);
   CHECK(parse_message("AGENT t h")->kind == MessageKind::kAgent);
   CHECK(parse_message("OK t")->kind == MessageKind::kOk);

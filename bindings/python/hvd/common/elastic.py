@@ -29,6 +29,7 @@ import sys
 import time
 
 from hvd.common import basics
+from hvd.common.elastic_progress import report_progress
 from hvd.common.elastic_snapshot import read_snapshot, remove_stale_temporaries, write_snapshot
 from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
@@ -84,6 +85,7 @@ class State:
         directory = state_dir()
         if directory is not None and basics.local_rank() == 0:
             write_snapshot(directory, self._commit_id, basics.size(), self._dumps())
+        report_progress()
         self.check_host_updates()
 
     @property
@@ -238,6 +240,7 @@ def run_fn(func, reset=None):
     def wrapper(state, *args, **kwargs):
         if not basics.is_initialized():
             basics.init()
+        report_progress()  # arms hvdrun's step watchdog (hvd.common.elastic_progress)
         _start_generation(state)
         try:
             result = func(state, *args, **kwargs)

@@ -19,6 +19,7 @@ class ControlServer {
  public:
   struct Handlers {
     std::function<void(const Message&)> on_hello;
+    std::function<void(const Message&)> on_beat;  // elastic: progress (elastic_watchdog.h)
     std::function<void(const Message&)> on_done;  // elastic: the rank's program completed
     std::function<void(const Message&)> on_exit;
     // A wrapper connection closed; `exited` says whether it had sent EXIT first.

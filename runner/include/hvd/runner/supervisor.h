@@ -17,7 +17,8 @@ struct SuperviseConfig {
   double grace_s = 5;
   bool retag = true;  // rewrite [job,rank]<stdout>: to [rank]<stdout>:
   bool verbose = false;
-  bool elastic = false;  // a rank exiting 0 without DONE is a failure
+  bool elastic = false;       // a rank exiting 0 without DONE is a failure
+  double step_timeout_s = 0;  // elastic: the step watchdog's timeout (elastic_watchdog.h); 0 = off
 };
 
 // Starts mpirun (own process group) and runs `io` until the job is over and every wrapper is

@@ -4,7 +4,10 @@
 // Every connection to the master's listener starts with one line carrying the job token:
 //   AGENT <token> <host>                 preflight connect-back; the master answers OK <token>
 //   HELLO <token> <rank> <host> <pid>    a rank wrapper started rank <rank>
-// then a wrapper sends, when its program ends:
+// then a wrapper sends:
+//   BEAT <token> <rank> <host> <n>       (elastic mode) the program made progress (n grows), or
+//                                        returned from @hvd.elastic.run (n = -1); see
+//                                        elastic_watchdog.h
 //   DONE <token> <rank> <host>           (elastic mode) the program reported completion
 //   EXIT <token> <rank> <host> <code>    code = exit status, or 128 + signal number
 // and the master may send the wrapper:
@@ -23,14 +26,14 @@
 
 namespace hvd::runner {
 
-enum class MessageKind { kAgent, kOk, kHello, kDone, kExit, kTerm, kKill, kHosts };
+enum class MessageKind { kAgent, kOk, kHello, kBeat, kDone, kExit, kTerm, kKill, kHosts };
 
 struct Message {
   MessageKind kind = MessageKind::kTerm;
   std::string token;
   std::string host;
   int rank = -1;  // seq for HOSTS
-  int value = 0;  // pid for HELLO, exit code for EXIT, bits for HOSTS
+  int value = 0;  // pid for HELLO, progress for BEAT, exit code for EXIT, bits for HOSTS
 };
 
 // One line without the trailing newline.

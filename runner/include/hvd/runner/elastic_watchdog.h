@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// Elastic mode's step watchdog, no I/O: which ranks stopped making progress.
+//
+// A rank can stop without dying (SIGSTOP, a network partition, a deadlock): its process and
+// its wrapper's connection stay up, so nothing else would notice. Each rank's program reports
+// progress (a collective completed or a commit made; bindings/python/hvd/common/
+// elastic_progress.py) through its wrapper to hvdrun (BEAT, wire.h). The watchdog arms at the
+// first report of any rank of the generation; from then on, a rank that is still running and
+// has not reported for longer than the step timeout is stalled, and hvdrun handles it like a
+// death (the generation is stopped and the next one resumes from the last commit). Before the
+// first report (Python and torch starting, hvd.init) nothing is watched, and a program that
+// never reports (not using @hvd.elastic.run) is never stopped by the watchdog.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hvd::runner {
+
+struct Stall {
+  std::vector<int> ranks;  // the ranks silent for longer than the timeout, ascending
+  double silent_s = 0;     // the longest silence among them
+};
+
+// Times are seconds on any one monotonic clock (the caller's: tests need not sleep).
+class StepWatchdog {
+ public:
+  // `timeout_s` <= 0 disables the watchdog (check() never reports a stall).
+  explicit StepWatchdog(double timeout_s) : timeout_s_(timeout_s) {}
+
+  // Rank `rank` started (its wrapper said HELLO).
+  void started(int rank, const std::string& host);
+  // Rank `rank` reported progress at `now`; the first report of any rank arms the watchdog.
+  void progress(int rank, double now);
+  // Rank `rank` completed or exited: it is no longer watched.
+  void finished(int rank);
+
+  // The stalled ranks at `now`, or nullopt when every watched rank reported within the timeout.
+  std::optional<Stall> check(double now) const;
+
+  bool armed() const { return armed_at_.has_value(); }
+  double timeout_s() const { return timeout_s_; }
+  // The host of a started rank ("" when unknown).
+  std::string host_of(int rank) const;
+
+ private:
+  struct Rank {
+    std::string host;
+    std::optional<double> last;
+    bool finished = false;
+  };
+  double timeout_s_;
+  std::optional<double> armed_at_;
+  std::map<int, Rank> ranks_;
+};
+
+// One line for the user: which ranks, how long, the timeout and what counts as progress.
+std::string describe_stall(const Stall& stall, const StepWatchdog& watchdog);
+
+}  // namespace hvd::runner
