@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -205,9 +206,11 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   };
   wait_signal();
   asio::streambuf buf;
+  bool master_lost = false;
   std::function<void()> read_master = [&] {
     asio::async_read_until(socket, buf, '\n', [&](boost::system::error_code e, std::size_t) {
       if (e) {  // the master is gone: nobody supervises this rank any more
+        master_lost = true;
         stop(SIGTERM);
         return;
       }
@@ -278,6 +281,12 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
     ::unlink(completion.c_str());
     ::unlink(hosts_file.c_str());
     ::unlink(progress.c_str());
+    if (master_lost) {
+      // hvdrun died (or this host lost it): no generation will follow, so the host's snapshot
+      // is garbage in host memory. Every wrapper of the host tries; errors mean another did.
+      std::error_code ignored;
+      std::filesystem::remove_all(std::getenv("HVD_ELASTIC_STATE_DIR"), ignored);
+    }
   }
   asio::write(
       socket,

@@ -18,7 +18,8 @@
 //                                        HostUpdateResult's (1 removed, 2 added); the wrapper
 //                                        writes "<seq> <bits>" to $HVD_ELASTIC_HOSTS_FILE
 // A wrapper whose connection closes treats it as TERM (then KILL after the grace period), so a
-// dead master never leaves ranks behind.
+// dead master never leaves ranks behind; in elastic mode it then also removes the host's state
+// directory (no generation follows a dead master).
 #pragma once
 
 #include <optional>
