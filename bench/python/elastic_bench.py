@@ -49,7 +49,7 @@ def one(tmp, i, fail_step):
     gen1 = [(float(t), r, text) for t, g, r, text in ev if g == "gen1"]
     kill = min(float(t) for t, g, r, text in ev if text.startswith("failing"))
     detect = min(t for t, l in lines if "failed (" in l or "lost contact" in l)
-    launch = min(t for t, l in lines if l.startswith("hvdrun: generation 1:"))
+    launch = min(t for t, l in lines if l.startswith("hvdrun: elastic: generation 1:"))
     timing = [text.split() for _, _, text in gen1 if text.startswith("timing")]
     started = max(float(x[2]) for x in timing)
     imported = max(float(x[4]) for x in timing)

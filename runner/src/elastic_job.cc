@@ -196,6 +196,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     sc.grace_s = o.grace_period_s;
     sc.verbose = o.verbose;
     sc.elastic = true;
+    sc.step_timeout_s = o.step_timeout_s;
     say("hvdrun: elastic: generation " + std::to_string(generation) + ": " +
         std::to_string(plan.np) + " rank(s) on " + format_host_list(plan.used));
     if (o.verbose) say("hvdrun: " + shell_join(sc.mpirun_argv));
