@@ -139,4 +139,19 @@ int host_update_bits(const std::vector<HostSlots>& running, const std::vector<Ho
   return bits;
 }
 
+std::optional<std::string> host_to_blacklist(const GenerationOutcome& o,
+                                             const std::vector<HostSlots>& used,
+                                             std::string_view own_hostname) {
+  const bool ok = o.exit_code == 0 && o.rank0_done;
+  if (ok || o.signal != 0 || o.failed_rank < 0 || o.exit_code == kExitElasticRestart) {
+    return std::nullopt;
+  }
+  const auto placement = place_ranks(used);
+  if (static_cast<size_t>(o.failed_rank) >= placement.size()) return std::nullopt;
+  const std::string& host = placement[o.failed_rank].host;
+  const std::string_view own_short = own_hostname.substr(0, own_hostname.find('.'));
+  if (is_local_host(host, own_hostname) || host == own_short) return std::nullopt;
+  return host;
+}
+
 }  // namespace hvd::runner

@@ -238,16 +238,9 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
 
     // 4. Blacklist a failed host, then restart, succeed or give up.
     const bool ok = outcome.exit_code == 0 && outcome.rank0_done;
-    if (!ok && outcome.signal == 0 && outcome.exit_code != kExitElasticRestart &&
-        outcome.failed_rank >= 0) {
-      const auto placement = place_ranks(plan.used);
-      if (static_cast<size_t>(outcome.failed_rank) < placement.size()) {
-        const std::string& host = placement[outcome.failed_rank].host;
-        // hvdrun's own machine stays: were it broken, hvdrun would be too.
-        if (!is_this_machine(host, job.own_hostname)) {
-          blacklist_host(host, "its rank " + std::to_string(outcome.failed_rank) + " failed");
-        }
-      }
+    // hvdrun's own machine is never blacklisted: were it broken, hvdrun would be too.
+    if (auto host = host_to_blacklist(outcome, plan.used, job.own_hostname)) {
+      blacklist_host(*host, "its rank " + std::to_string(outcome.failed_rank) + " failed");
     }
     if (!ok && outcome.signal == 0 && outcome.failed_rank < 0) {
       known.clear();  // mpirun failed without a rank's code: check every host again

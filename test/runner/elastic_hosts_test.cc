@@ -108,6 +108,32 @@ TEST_CASE("host changes: a running host gone or blacklisted is removed, more slo
   CHECK(host_update_bits(running, hs({{"a", 1}, {"b", 1}}), b, 0, 1, 0) == kHostsRemoved);
 }
 
+TEST_CASE("the failed rank's host is blacklisted, not for a restart, a signal or this machine",
+          "[unit]") {
+  auto used = hs({{"a", 2}, {"b", 1}, {"localhost", 1}});
+  auto outcome = [](int code, int rank) {
+    GenerationOutcome o;
+    o.exit_code = code;
+    o.failed_rank = rank;
+    return o;
+  };
+  CHECK(host_to_blacklist(outcome(137, 1), used, "me") == std::optional<std::string>("a"));
+  CHECK(host_to_blacklist(outcome(1, 2), used, "me") == std::optional<std::string>("b"));
+  CHECK_FALSE(host_to_blacklist(outcome(137, 3), used, "me"));  // localhost
+  CHECK_FALSE(host_to_blacklist(outcome(137, 2), hs({{"me", 3}}), "me.example.org"));
+  CHECK_FALSE(host_to_blacklist(outcome(kExitElasticRestart, 2), used, "me"));
+  CHECK_FALSE(host_to_blacklist(outcome(5, -1), used, "me"));  // mpirun failed on its own
+  CHECK_FALSE(host_to_blacklist(outcome(137, 9), used, "me"));
+  GenerationOutcome signalled = outcome(143, 2);
+  signalled.signal = 15;
+  CHECK_FALSE(host_to_blacklist(signalled, used, "me"));
+  GenerationOutcome early_exit0 = outcome(5, 2);  // a rank exited 0 without completing
+  CHECK(host_to_blacklist(early_exit0, used, "me") == std::optional<std::string>("b"));
+  GenerationOutcome done;
+  done.rank0_done = true;
+  CHECK_FALSE(host_to_blacklist(done, used, "me"));
+}
+
 TEST_CASE("hvdrun takes Horovod's elastic flags", "[unit]") {
   auto o = parse({"--min-np", "2", "--max-np", "4", "--slots-per-host", "2",
                   "--host-discovery-script", "./discover.sh", "--elastic-timeout", "30",

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hvd/runner/elastic.h"
 #include "hvd/runner/hosts.h"
 
 namespace hvd::runner {
@@ -89,5 +90,13 @@ enum HostUpdateBits : int { kHostsUnchanged = 0, kHostsRemoved = 1, kHostsAdded 
 // ranks than the running one (a new host or more slots, below --max-np). Both may be set.
 int host_update_bits(const std::vector<HostSlots>& running, const std::vector<HostSlots>& hosts,
                      const Blacklist& blacklist, double now_s, int min_np, int max_np);
+
+// The host to blacklist after a generation on `used` (its hosts, slots = ranks there, in rank
+// order) that ended with `outcome`: the host of the rank that failed first; none when the
+// generation succeeded, hvdrun was signalled, no rank failed (mpirun alone), the rank left
+// for a restart (kExitElasticRestart) or its host is hvdrun's own machine (`own_hostname`).
+std::optional<std::string> host_to_blacklist(const GenerationOutcome& outcome,
+                                             const std::vector<HostSlots>& used,
+                                             std::string_view own_hostname);
 
 }  // namespace hvd::runner
