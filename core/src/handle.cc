@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <shared_mutex>
 #include <thread>
 #include <vector>
 
@@ -15,9 +16,19 @@ namespace {
 
 std::atomic<int> g_waiting{0};
 
+// A wait listener. Waiting threads run it under `gate` shared (several at once);
+// remove_wait_listener() takes `gate` exclusively to know that no call runs any more.
+struct Listener {
+  std::shared_mutex gate;
+  bool removed = false;  // gate (exclusive to write)
+  std::function<void()> fn;
+};
+
+// The registry's lock is held only to copy or change the list, never while a listener runs:
+// waiting threads do not serialise on it (lock order: Listener::gate -> what fn takes).
 struct Listeners {
   std::mutex mu;
-  std::map<uint64_t, std::function<void()>> fns;
+  std::map<uint64_t, std::shared_ptr<Listener>> fns;
   uint64_t next = 1;
 };
 
@@ -146,17 +157,46 @@ std::shared_ptr<HandleState> new_handle_state() {
 int waiting_users() { return g_waiting.load(std::memory_order_relaxed); }
 
 uint64_t add_wait_listener(std::function<void()> f) {
+  auto entry = std::make_shared<Listener>();
+  entry->fn = std::move(f);
   Listeners& l = listeners();
   std::lock_guard<std::mutex> lk(l.mu);
-  l.fns.emplace(l.next, std::move(f));
+  l.fns.emplace(l.next, std::move(entry));
   return l.next++;
 }
 
 void remove_wait_listener(uint64_t id) {
-  Listeners& l = listeners();
-  std::lock_guard<std::mutex> lk(l.mu);
-  l.fns.erase(id);
+  std::shared_ptr<Listener> entry;
+  {
+    Listeners& l = listeners();
+    std::lock_guard<std::mutex> lk(l.mu);
+    auto it = l.fns.find(id);
+    if (it == l.fns.end()) return;
+    entry = std::move(it->second);
+    l.fns.erase(it);
+  }
+  // A thread may have copied the list before the erase: once we hold the gate, no call of
+  // fn runs, and none starts (removed).
+  std::unique_lock<std::shared_mutex> gate(entry->gate);
+  entry->removed = true;
 }
+
+namespace {
+// Runs every wait listener on this (user) thread, without holding the registry's lock.
+void notify_wait_listeners() {
+  std::vector<std::shared_ptr<Listener>> now;
+  {
+    Listeners& l = listeners();
+    std::lock_guard<std::mutex> lk(l.mu);
+    now.reserve(l.fns.size());
+    for (auto& kv : l.fns) now.push_back(kv.second);
+  }
+  for (auto& entry : now) {
+    std::shared_lock<std::shared_mutex> gate(entry->gate);
+    if (!entry->removed) entry->fn();
+  }
+}
+}  // namespace
 
 bool Completion::poll(Status* s) {
   if (has_failed_.load(std::memory_order_acquire)) {
@@ -247,7 +287,14 @@ void HandleState::complete(Status s) {
 void HandleState::then(std::function<void(const Status&)> cb) {
   std::unique_lock<std::mutex> lk(mu);
   if (!done.load()) {
-    callback_ = std::move(cb);
+    if (!callback_) {
+      callback_ = std::move(cb);
+    } else {  // a second callback runs after the first (a handle in two join_handles())
+      callback_ = [first = std::move(callback_), next = std::move(cb)](const Status& s) {
+        first(s);
+        next(s);
+      };
+    }
     return;
   }
   lk.unlock();
@@ -265,11 +312,7 @@ Status Handle::wait_status() const {
   if (!s_) return precondition("wait() on an empty hvd::Handle");
   if (!s_->done.load(std::memory_order_acquire)) {
     core::g_waiting.fetch_add(1, std::memory_order_relaxed);
-    {
-      core::Listeners& l = core::listeners();
-      std::lock_guard<std::mutex> lk(l.mu);
-      for (auto& kv : l.fns) kv.second();
-    }
+    core::notify_wait_listeners();
     {
       std::unique_lock<std::mutex> lk(s_->mu);
       s_->cv.wait(lk, [&] { return s_->done.load(); });

@@ -75,8 +75,12 @@ class Executor {
   /// Called on the submitting thread, before `e` is queued, for entries whose input is on
   /// this executor's device kind: lets a device executor capture what the producer has queued
   /// so far (an event recorded on the input's stream now, not when the response runs, so
-  /// later work on that stream is not waited for). Called under the runtime's table lock:
-  /// keep it short. An error refuses the submission. Default: nothing.
+  /// later work on that stream is not waited for). Called under the runtime's table lock
+  /// (Runtime::mu_: the per-name event lives in the table's slot, and is recorded in the
+  /// caller's stream order as the submission is accepted): it must not block on the device or
+  /// on another rank and takes no lock of hvd's (recording an event only enqueues it; see
+  /// docs/internals.md, "The lock contract"). An error refuses the submission. Default:
+  /// nothing.
   virtual Status prepare_input(TensorEntry* e) {
     (void)e;
     return Status::OK();

@@ -44,7 +44,7 @@ class Completion {
   }
 
  private:
-  std::mutex mu_;
+  std::mutex mu_;  // a leaf: taken under Runtime::mu_ (abort) and HandleState::mu
   Status failed_;
   std::atomic<bool> has_failed_{false};
   std::atomic<bool> let_go_{false};
@@ -52,6 +52,8 @@ class Completion {
 
 /// Shared between the user (waiting) and the background thread (completing).
 struct HandleState {
+  /// Guards the fields below that are not atomic; may be held while taking Completion::mu_
+  /// (device_settled), never while a callback runs (docs/internals.md, "The lock contract").
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<bool> done{false};
@@ -99,8 +101,8 @@ struct HandleState {
   /// background thread that would run it).
   void complete(Status s);
   /// Runs `cb` with `status` once complete() ran: at once on this thread when it already did,
-  /// else on the completing thread (see complete()). One callback per handle; setting another
-  /// before completion replaces it.
+  /// else on the completing thread (see complete()). Callbacks set before completion run in
+  /// the order they were set (a handle may be part of several join_handles()).
   void then(std::function<void(const Status&)> cb);
   /// Completes once `device` also finishes: `pending` is added to `device` first (null: none).
   void complete_after(Status s, std::shared_ptr<Completion> pending);
@@ -122,7 +124,10 @@ std::shared_ptr<HandleState> new_handle_state();
 /// waiting thread leaves its core to them.
 int waiting_users();
 /// `f` runs on a user thread each time it starts waiting (it must not block). Returns an id for
-/// remove_wait_listener(), which returns once `f` is no longer running.
+/// remove_wait_listener(), which returns once `f` is no longer running. Lock contract: the
+/// registry's lock is never held while `f` runs (threads waiting at once run listeners at
+/// once); each listener's own gate is (shared), so `f` may take locks that are not held
+/// around remove_wait_listener() (the runtime's takes Runtime::mu_).
 uint64_t add_wait_listener(std::function<void()> f);
 void remove_wait_listener(uint64_t id);
 

@@ -198,11 +198,15 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// leaves the thread to end on its own, holding its reference. True when it stopped in time.
   bool stop_within(std::chrono::milliseconds limit, const Status& late);
 
-  // Lock contract. "mu_": guarded by mu_ (user threads and the background thread); "loop":
-  // the background thread's alone (or run_once()'s caller when not started); "const": set by
-  // the constructor. Handles are completed, and their callbacks run, only after mu_ is
-  // released (a callback may submit). sets_mu_ and TimelineSlot::mu are leaves: nothing else is
-  // taken, and no child runtime is called, while one of them is held.
+  // Lock contract (the whole order: docs/internals.md, "The lock contract"). "mu_": guarded by
+  // mu_ (user threads and the background thread); "loop": the background thread's alone (or
+  // run_once()'s caller when not started); "const": set by the constructor. Handles are
+  // completed, and their callbacks run, only after mu_ is released (a callback may submit).
+  // Under mu_ only: Completion::mu_ (abort() fails outstanding device work) and the device
+  // executor's prepare_input() (Executor's rule: it must not block). Held around mu_: a wait
+  // listener's gate (a waiting user thread runs this runtime's listener, which takes mu_).
+  // sets_mu_ and TimelineSlot::mu are leaves: nothing else is taken, and no child
+  // runtime is called, while one of them is held.
   Config config_;          // const
   RuntimeParts parts_;     // const; the transport and executors are used by the loop only
   Controller controller_;  // loop

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+// Handle states: callbacks (then) and the wait listeners, without a runtime.
+#include "hvd/core/handle.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace hvd::core {
+
+TEST_CASE("a second then() callback runs after the first instead of replacing it", "[unit]") {
+  auto hs = new_handle_state();
+  std::vector<std::string> ran;
+  hs->then([&](const Status& s) { ran.push_back(s.ok() ? "first ok" : "first failed"); });
+  hs->then([&](const Status& s) { ran.push_back(s.ok() ? "second ok" : "second failed"); });
+  hs->complete(Status::OK());
+  CHECK(ran == std::vector<std::string>{"first ok", "second ok"});
+  hs->then([&](const Status& s) { ran.push_back(s.ok() ? "late ok" : "late failed"); });
+  CHECK(ran == std::vector<std::string>{"first ok", "second ok", "late ok"});
+}
+
+TEST_CASE("one handle in two join_handles() completes both joins", "[unit]") {
+  auto a = new_handle_state();
+  auto b = new_handle_state();
+  Handle ha(a), hb(b);
+  Handle j1 = join_handles({ha, hb});
+  Handle j2 = join_handles({ha});
+  CHECK_FALSE(j1.poll());
+  CHECK_FALSE(j2.poll());
+  a->complete(aborted("a failed"));
+  REQUIRE(j2.poll());  // polled first: waiting for a join that never completes would hang
+  CHECK(j2.wait_status().message() == "a failed");
+  CHECK_FALSE(j1.poll());
+  b->complete(Status::OK());
+  REQUIRE(j1.poll());
+  CHECK(j1.wait_status().message() == "a failed");
+}
+
+TEST_CASE("threads waiting at once run the wait listeners concurrently", "[unit]") {
+  // Each call of the listener waits (bounded) until two calls are inside it at once: were the
+  // listeners run under one process-wide lock, the second waiter could not enter before the
+  // first left, and both would see only one.
+  std::mutex mu;
+  std::condition_variable cv;
+  int inside = 0;
+  int most = 0;
+  const uint64_t id = add_wait_listener([&] {
+    std::unique_lock<std::mutex> lk(mu);
+    ++inside;
+    most = std::max(most, inside);
+    cv.notify_all();
+    cv.wait_for(lk, std::chrono::seconds(2), [&] { return most >= 2; });
+    --inside;
+  });
+  auto h1 = new_handle_state();
+  auto h2 = new_handle_state();
+  std::thread t1([&] { (void)Handle(h1).wait_status(); });
+  std::thread t2([&] { (void)Handle(h2).wait_status(); });
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait_for(lk, std::chrono::seconds(5), [&] { return most >= 2; });
+  }
+  h1->complete(Status::OK());
+  h2->complete(Status::OK());
+  t1.join();
+  t2.join();
+  remove_wait_listener(id);
+  CHECK(most == 2);
+}
+
+TEST_CASE("remove_wait_listener returns only once no call of it runs", "[unit]") {
+  std::atomic<bool> entered{false}, left{false};
+  const uint64_t id = add_wait_listener([&] {
+    entered = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    left = true;
+  });
+  auto hs = new_handle_state();
+  std::thread waiter([&] { (void)Handle(hs).wait_status(); });
+  while (!entered) std::this_thread::yield();
+  remove_wait_listener(id);
+  CHECK(left.load());
+  hs->complete(Status::OK());
+  waiter.join();
+}
+
+}  // namespace hvd::core
