@@ -32,11 +32,40 @@ const char* op_name(OpType op) {
   return "invalid";
 }
 
+namespace {
+
+// The number of members of aggregate T: the most initializers T{...} accepts.
+struct AnyField {
+  template <typename T>
+  operator T() const;  // declared only: used in unevaluated contexts
+};
+template <typename T, typename Seq, typename = void>
+struct BraceInitializable : std::false_type {};
+template <typename T, size_t... I>
+struct BraceInitializable<T, std::index_sequence<I...>,
+                          std::void_t<decltype(T{(static_cast<void>(I), AnyField{})...})>>
+    : std::true_type {};
+template <typename T, size_t N = 0>
+constexpr size_t aggregate_members() {
+  if constexpr (BraceInitializable<T, std::make_index_sequence<N + 1>>::value) {
+    return aggregate_members<T, N + 1>();
+  } else {
+    return N;
+  }
+}
+
+static_assert(std::is_aggregate_v<Request>);
+static_assert(aggregate_members<Request>() == request_field_count(),
+              "a Request field is missing from for_each_request_field (message.h): add it there "
+              "with its role, so that same_params, the wire format, response_of and "
+              "reset_for_reuse all see it");
+
+}  // namespace
+
 bool Request::same_params(const Request& o) const {
-  return op == o.op && name == o.name && dtype == o.dtype && shape == o.shape &&
-         reduce_op == o.reduce_op && root == o.root && prescale == o.prescale &&
-         postscale == o.postscale && device == o.device && process_set == o.process_set &&
-         group == o.group && group_size == o.group_size && splits == o.splits;
+  return for_each_request_field([&](auto m, FieldRole role, auto) {
+    return role != FieldRole::kParameter || this->*m == o.*m;
+  });
 }
 
 namespace {
@@ -140,13 +169,11 @@ class Reader {
   bool ok_ = true;
 };
 
-// The one list of each message's fields, in wire order (R: Request or const Request, ...).
+// Each message's fields in wire order (R: Request or const Request, ...): a request's are
+// for_each_request_field's.
 template <typename IO, typename R>
 bool request_fields(IO& io, R& r) {
-  return io.field(r.rank) && io.field(r.op) && io.field(r.name) && io.field(r.dtype) &&
-         io.field(r.shape) && io.field(r.reduce_op) && io.field(r.root) && io.field(r.prescale) &&
-         io.field(r.postscale) && io.field(r.device) && io.field(r.process_set) &&
-         io.field(r.group) && io.field(r.group_size) && io.field(r.splits) && io.field(r.refused);
+  return for_each_request_field([&](auto m, FieldRole, auto) { return io.field(r.*m); });
 }
 
 template <typename IO, typename R>
@@ -226,15 +253,11 @@ Result<ResponseList> parse_response_list(const uint8_t* data, size_t size) {
 
 Response response_of(const Request& r) {
   Response resp;
-  resp.op = r.op;
+  for_each_request_field([&](auto m, FieldRole, auto to) {
+    if constexpr (!std::is_same_v<decltype(to), std::nullptr_t>) resp.*to = r.*m;
+    return true;
+  });
   resp.names = {r.name};
-  resp.dtype = r.dtype;
-  resp.reduce_op = r.reduce_op;
-  resp.root = r.root;
-  resp.prescale = r.prescale;
-  resp.postscale = r.postscale;
-  resp.device = r.device;
-  resp.process_set = r.process_set;
   const bool by_rows =
       r.op == OpType::kAllgather || r.op == OpType::kAlltoall || r.op == OpType::kReducescatter;
   if (by_rows && !r.shape.empty()) {

@@ -489,6 +489,10 @@ inline bool sized_op(OpType op) {
   return op == OpType::kAllgather || op == OpType::kAlltoall || op == OpType::kReducescatter;
 }
 
+// submit() sets every Request field from Opts: a new field must be added to Opts and set there.
+static_assert(core::request_field_count() == 15,
+              "Request has a new field: give Opts a member for it and set it in submit()");
+
 template <typename T>
 Handle submit(Runtime& rt, const std::string& name, Tensor<T>& t, const Opts& o = Opts{}) {
   TensorEntry e;

@@ -228,3 +228,50 @@ TEST_CASE("same_params ignores the rank and compares everything else", "[unit]")
   b.postscale = 1.0;
   REQUIRE_FALSE(a.same_params(b));
 }
+
+TEST_CASE("same_params compares each parameter of the one field list and nothing else", "[unit]") {
+  // full_request() sets every field away from its default: resetting one field at a time must
+  // change same_params exactly for the fields the list calls parameters.
+  const Request a = full_request();
+  const Request fresh;
+  size_t parameters = 0;
+  size_t fields = 0;
+  for_each_request_field([&](auto m, FieldRole role, auto) {
+    ++fields;
+    Request b = a;
+    b.*m = fresh.*m;
+    INFO("field " << fields << " of the list");
+    REQUIRE_FALSE(a.*m == b.*m);  // full_request() must set every field
+    if (role == FieldRole::kParameter) {
+      ++parameters;
+      CHECK_FALSE(a.same_params(b));
+    } else {
+      CHECK(a.same_params(b));
+    }
+    return true;
+  });
+  CHECK(fields == request_field_count());
+  CHECK(parameters == fields - 2);  // all but rank and refused
+}
+
+TEST_CASE("every Request field survives the wire, and response_of copies its counterparts",
+          "[unit]") {
+  const Request a = full_request();
+  auto bytes = serialize(RequestList{{a}, false, ""});
+  auto back = parse_request_list(bytes.data(), bytes.size());
+  REQUIRE(back.ok());
+  REQUIRE(back.value().requests.size() == 1);
+  const Request& b = back.value().requests[0];
+  const Response resp = response_of(a);
+  size_t copied = 0;
+  for_each_request_field([&](auto m, FieldRole, auto to) {
+    CHECK(a.*m == b.*m);
+    if constexpr (!std::is_same_v<decltype(to), std::nullptr_t>) {
+      CHECK(resp.*to == a.*m);
+      ++copied;
+    }
+    return true;
+  });
+  CHECK(copied == 8);  // op, dtype, reduce_op, root, prescale, postscale, device, process set
+  CHECK(resp.names == std::vector<std::string>{a.name});
+}

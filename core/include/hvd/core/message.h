@@ -2,8 +2,11 @@
 // Requests (what a rank wants) and responses (what every rank will run), and their wire format.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "hvd/core/status.h"
@@ -47,7 +50,8 @@ struct Request {
   /// instead of waiting for this rank forever. Not a parameter (same_params ignores it).
   std::string refused;
 
-  /// True when two requests describe the same collective (everything but `rank`).
+  /// True when two requests describe the same collective: every field for_each_request_field
+  /// calls a parameter (everything but `rank` and `refused`). The response cache relies on it.
   bool same_params(const Request& o) const;
 };
 
@@ -76,6 +80,48 @@ struct Response {
   std::string error;  ///< non-empty: this is an error response
   bool is_error() const { return !error.empty(); }
 };
+
+/// How a Request field takes part in negotiation (see for_each_request_field).
+enum class FieldRole : uint8_t {
+  kSender,     ///< who sent it (`rank`): never compared
+  kParameter,  ///< compared by same_params: a cached name needs every one equal
+  kRefusal,    ///< carried to rank 0, never compared (`refused`)
+};
+
+/// The one list of Request's fields, in wire order: calls `f(member, role, response_member)`
+/// for each, in order, while f returns true, and returns whether all did. `response_member`
+/// is the Response field response_of() copies it to, or nullptr where none (a field that
+/// response_of maps by hand, `name` and `shape`, or that negotiation turns into something
+/// else). same_params, the wire writer and reader, response_of and reset_for_reuse all walk
+/// this list; request_field_count() must equal Request's member count (a static_assert in
+/// message.cc), so a field added to Request and not here does not compile.
+template <typename F>
+constexpr bool for_each_request_field(F&& f) {
+  using R = Response;
+  constexpr std::nullptr_t kNone = nullptr;
+  return f(&Request::rank, FieldRole::kSender, kNone) &&
+         f(&Request::op, FieldRole::kParameter, &R::op) &&
+         f(&Request::name, FieldRole::kParameter, kNone) &&  // names = {name}
+         f(&Request::dtype, FieldRole::kParameter, &R::dtype) &&
+         f(&Request::shape, FieldRole::kParameter, kNone) &&  // numels by the op's convention
+         f(&Request::reduce_op, FieldRole::kParameter, &R::reduce_op) &&
+         f(&Request::root, FieldRole::kParameter, &R::root) &&
+         f(&Request::prescale, FieldRole::kParameter, &R::prescale) &&
+         f(&Request::postscale, FieldRole::kParameter, &R::postscale) &&
+         f(&Request::device, FieldRole::kParameter, &R::device) &&
+         f(&Request::process_set, FieldRole::kParameter, &R::process_set) &&
+         f(&Request::group, FieldRole::kParameter, kNone) &&
+         f(&Request::group_size, FieldRole::kParameter, kNone) &&
+         f(&Request::splits, FieldRole::kParameter, kNone) &&  // rank_rows, by negotiation
+         f(&Request::refused, FieldRole::kRefusal, kNone);
+}
+
+/// The number of fields for_each_request_field lists.
+constexpr size_t request_field_count() {
+  size_t n = 0;
+  for_each_request_field([&n](auto, FieldRole, auto) { return ++n > 0; });
+  return n;
+}
 
 /// The response that runs `r` alone: its name and parameters (op, dtype, reduce op, root,
 /// scale factors, device, process set) and `numels` by the op's convention (elements of one
