@@ -173,12 +173,15 @@ step "device"
 for t in "$B"/hvd/*; do ldd "$t" | grep "not found" && status=1; done
 
 step "[gpu] tests (np = 1)"
+# 77: every case that needs a device skipped (no device), nothing failed; reported below.
 timeout 150 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_tests" -d yes 2>&1 | tee "$R/gpu_tests.txt"
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+rc=${PIPESTATUS[0]}
+[[ $rc -eq 0 || $rc -eq 77 ]] || status=1
 step "[gpu] tests, hierarchical allreduce (np = 1)"
 HVD_HIERARCHICAL_ALLREDUCE=1 timeout 100 mpiexec -np 1 --bind-to none "$B/hvd/hvd_gpu_tests" 2>&1 |
   tee "$R/gpu_tests_hier.txt"
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+rc=${PIPESTATUS[0]}
+[[ $rc -eq 0 || $rc -eq 77 ]] || status=1
 step "device routing (np = 1)"
 timeout 40 mpiexec -np 1 --bind-to none "$B/hvd/hvd_device_select_test" 2>&1 | tee "$R/device_select.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1

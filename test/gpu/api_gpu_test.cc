@@ -27,7 +27,7 @@ TEST_CASE("the GPU module loads with this host's CUDA runtime and NCCL", "[gpu]"
   if (g.devices == 0) REQUIRE_THAT(g.reason, Catch::Contains("no usable CUDA device"));
 }
 
-TEST_CASE("gpu allreduce waits for the producer's stream", "[gpu]") {
+TEST_CASE("gpu allreduce waits for the producer's stream", "[gpu][device]") {
   HVD_GPU_OR_SKIP();
   const int n = 1 << 16;
   gputest::DevBuf buf(n * sizeof(float));
@@ -59,7 +59,7 @@ TEST_CASE("gpu allreduce waits for the producer's stream", "[gpu]") {
   cudaStreamDestroy(s);
 }
 
-TEST_CASE("gpu allreduce does not wait for work queued after the submission", "[gpu]") {
+TEST_CASE("gpu allreduce does not wait for work queued after the submission", "[gpu][device]") {
   HVD_GPU_OR_SKIP();
   const int n = 1024;
   gputest::DevBuf buf(n * sizeof(float)), later(n * sizeof(float));
@@ -88,7 +88,7 @@ TEST_CASE("gpu allreduce does not wait for work queued after the submission", "[
   cudaStreamDestroy(s);
 }
 
-TEST_CASE("gpu many small device tensors through the API", "[gpu]") {
+TEST_CASE("gpu many small device tensors through the API", "[gpu][device]") {
   HVD_GPU_OR_SKIP();
   std::vector<std::unique_ptr<gputest::DevBuf>> bufs;
   std::vector<Handle> hs;
@@ -105,7 +105,8 @@ TEST_CASE("gpu many small device tensors through the API", "[gpu]") {
   }
 }
 
-TEST_CASE("gpu a host pointer labelled cuda:0 fails with hvd::Error, not a crash", "[gpu]") {
+TEST_CASE("gpu a host pointer labelled cuda:0 fails with hvd::Error, not a crash",
+          "[gpu][device]") {
   HVD_GPU_OR_SKIP();
   std::vector<float> host(16, 1.0f);
   TensorView v(host.data(), DataType::kFloat32, {16}, Device::cuda(0));

@@ -34,7 +34,8 @@ double scaled(DataType t, double x) {
 
 }  // namespace
 
-TEST_CASE("gpu allreduce of every dtype and reduce op matches the host reference", "[gpu]") {
+TEST_CASE("gpu allreduce of every dtype and reduce op matches the host reference",
+          "[gpu][device]") {
   HVD_GPU_OR_SKIP();
   for (DataType t : kTypes) {
     for (ReduceOp op :
@@ -70,7 +71,7 @@ TEST_CASE("gpu allreduce of every dtype and reduce op matches the host reference
   }
 }
 
-TEST_CASE("gpu hierarchical allreduce matches the flat result", "[gpu]") {
+TEST_CASE("gpu hierarchical allreduce matches the flat result", "[gpu][device]") {
   HVD_GPU_OR_SKIP();
   ops::nccl::NcclOptions o;
   o.hierarchical_allreduce = true;
@@ -87,7 +88,7 @@ TEST_CASE("gpu hierarchical allreduce matches the flat result", "[gpu]") {
   }
 }
 
-TEST_CASE("gpu broadcast, allgather, alltoall and reducescatter of every dtype", "[gpu]") {
+TEST_CASE("gpu broadcast, allgather, alltoall and reducescatter of every dtype", "[gpu][device]") {
   HVD_GPU_OR_SKIP();
   for (DataType t : kTypes) {
     INFO(dtype_name(t));
@@ -145,7 +146,7 @@ TEST_CASE("gpu broadcast, allgather, alltoall and reducescatter of every dtype",
   }
 }
 
-TEST_CASE("gpu fusion of a thousand small tensors runs as one response", "[gpu]") {
+TEST_CASE("gpu fusion of a thousand small tensors runs as one response", "[gpu][device]") {
   HVD_GPU_OR_SKIP();
   Harness h;
   std::vector<std::unique_ptr<gputest::DevBuf>> bufs;
@@ -168,7 +169,8 @@ TEST_CASE("gpu fusion of a thousand small tensors runs as one response", "[gpu]"
   }
 }
 
-TEST_CASE("gpu errors: a host pointer gives a status, and the device stays usable", "[gpu]") {
+TEST_CASE("gpu errors: a host pointer gives a status, and the device stays usable",
+          "[gpu][device]") {
   HVD_GPU_OR_SKIP();
   std::vector<float> host(64, 1.0f);
   {
@@ -197,7 +199,7 @@ TEST_CASE("gpu errors: a host pointer gives a status, and the device stays usabl
   REQUIRE(h.run(response(OpType::kAllreduce, DataType::kFloat32, {"ok"}, {64})).ok());
 }
 
-TEST_CASE("gpu responses launched back to back outnumber the descriptor areas", "[gpu]") {
+TEST_CASE("gpu responses launched back to back outnumber the descriptor areas", "[gpu][device]") {
   HVD_GPU_OR_SKIP();
   // 12 fused responses in flight at once (4 descriptor areas rotate): each is checked after
   // all were launched, so a descriptor or buffer reused too early shows as a wrong sum.

@@ -157,6 +157,16 @@ TEST_CASE("HVD_STALL_SHUTDOWN_TIME_SECONDS fails every pending handle with the r
   await_full_rounds(c, 0, 1);
   fake.advance(61);  // a warning, nothing fails
   REQUIRE(log.wait_for(1, 10));
+  INFO(log.lines().front());
+  CHECK(log.lines().front().find("stopping every rank") == std::string::npos);
+  // Rounds go on after the warning and fail nothing: checked after two more rounds, not at once
+  // (a stop would fail the handles with the next round).
+  const uint64_t seen = c[0].stats().rounds.load();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (c[0].stats().rounds.load() < seen + 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(c[0].stats().rounds.load() >= seen + 2);
   for (auto& h : hs) CHECK_FALSE(h.poll());
   fake.advance(60);  // 121 s: every rank stops
   for (auto& h : hs) {

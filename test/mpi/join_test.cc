@@ -18,9 +18,9 @@ using hvd_test::wait_error;
 
 TEST_CASE("join with 1..N-1 ranks joined early: allreduce, allgather, broadcast", "[mpi]") {
   const int r = hvd::rank(), n = hvd::size();
-  if (n == 1) {
+  if (n == 1) {  // the only rank is the last to join, at once, every time
     REQUIRE(hvd::join() == 0);
-    return;
+    REQUIRE(hvd::join() == 0);
   }
   for (int k = 1; k < n; ++k) {
     const int active = n - k;  // ranks 0 .. active-1 keep working
@@ -75,10 +75,14 @@ TEST_CASE("join with 1..N-1 ranks joined early: allreduce, allgather, broadcast"
     }
     REQUIRE(hvd::join() == 0);
   }
-  // Everything works normally afterwards.
-  std::vector<float> v(3, 1.0f);
+  // Everything works normally afterwards (at np = 1 too): no rank is still counted as joined
+  // (it would add zeros, or fail the allreduce).
+  std::vector<float> v(3, static_cast<float>(r + 1));
   hvd::allreduce(hvd::TensorView(v.data(), DataType::kFloat32, {3}), "after.join", ReduceOp::kSum);
-  for (float x : v) REQUIRE(x == static_cast<float>(n));
+  for (float x : v) REQUIRE(x == static_cast<float>(n * (n + 1) / 2));
+  std::vector<int64_t> b(2, r == 0 ? 7 : -1);
+  hvd::broadcast(hvd::TensorView(b.data(), DataType::kInt64, {2}), 0, "after.join.bc");
+  for (int64_t x : b) REQUIRE(x == 7);
 }
 
 TEST_CASE("ops a joined rank cannot take part in fail with a clear error", "[mpi][multirank]") {

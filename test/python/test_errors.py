@@ -234,8 +234,8 @@ else:
     raise SystemExit("allreduce after shutdown did not raise")
 print("ok")
 """
-    if R != 0:
-        return  # one plain (non-MPI) interpreter is enough
+    if R != 0:  # reported as skipped on these ranks, never as passed
+        pytest.skip("runs on rank 0 only: one plain (non-MPI) interpreter is enough")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=60)
