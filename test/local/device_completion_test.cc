@@ -91,6 +91,27 @@ TEST_CASE("an abort fails handles whose device work never finishes", "[local]") 
   }
 }
 
+TEST_CASE("device work an abort failed keeps its buffers until it stopped", "[local]") {
+  auto gate = std::make_shared<DeviceGate>();
+  Cluster c(2, Config{}, false, gate);
+  c.start_all();
+  Tensor<float> a0({1.0f}), a1({1.0f});
+  Handle h0 = submit(c[0], "a", a0, on_device()), h1 = submit(c[1], "a", a1, on_device());
+  await_launches(*gate, 2);
+  for (int r = 0; r < 2; ++r) c[r].abort(peer_failure("rank 1 died"));
+  for (Handle* h : {&h0, &h1}) {
+    REQUIRE(await(*h, "aborted device work").code() == StatusCode::kPeerFailure);
+    CHECK_FALSE(h->released());  // the kernels may still write the tensors
+  }
+  gate->open = true;  // the device work stops (an aborted communicator ends it)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(h0.released() && h1.released()) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(h0.released());
+  CHECK(h1.released());
+}
+
 TEST_CASE("join_handles waits for every part's device work and keeps the first error", "[local]") {
   auto gate = std::make_shared<DeviceGate>();
   struct Pending : Completion {
