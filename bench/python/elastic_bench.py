@@ -30,7 +30,7 @@ PHASES = ["detection", "teardown", "launch", "import", "init", "restore", "step"
 
 def one(tmp, i, fail_step):
     out = os.path.join(tmp, f"run{i}")
-    cmd = [HVDRUN, "-v", "-np", str(NP), "--min-np", str(NP), PYTHON, SCRIPT, "--out", out,
+    cmd = [HVDRUN, "--verbose", "-np", str(NP), "--min-np", str(NP), PYTHON, SCRIPT, "--out", out,
            "--fail", "kill-allreduce", "--fail-step", str(fail_step)]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines = []

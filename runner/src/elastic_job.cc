@@ -187,6 +187,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     spec.mpi_interfaces = net.mpi_interfaces;
     spec.env = forwarded_env(o, job.environ_entries, net.nccl_names);
     for (auto& e : elastic_env(dir, generation)) spec.env.push_back(e);
+    spec.elastic = true;
     spec.wrapper = {
         job.self,  "--rank-wrapper", wrapper_connect_list(net.wrapper_addresses, server.port()),
         job.token, job.grace,        "--"};

@@ -22,6 +22,7 @@ std::vector<std::string> build_mpirun_command(const LaunchSpec& s) {
     if (s.in_slurm_allocation) c.insert(c.end(), {"--mca", "plm", "rsh"});
     c.insert(c.end(), {"--mca", "plm_rsh_agent", ssh_agent_command(s.ssh_port, s.ssh_identity)});
   }
+  if (s.elastic) c.insert(c.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
   if (!s.mpi_interfaces.empty()) {
     std::string list;
     for (const auto& i : s.mpi_interfaces) list += (list.empty() ? "" : ",") + i;

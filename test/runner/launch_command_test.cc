@@ -80,6 +80,23 @@ TEST_CASE("two hosts as a user: ssh agent with port and key, interfaces, output 
         std::string::npos);
 }
 
+TEST_CASE("an elastic generation is torn down without Open MPI's TERM-to-KILL wait", "[unit]") {
+  LaunchSpec s;
+  s.np = 2;
+  s.hosts = {{"localhost", 2}};
+  s.command = {"./train"};
+  auto has_fast_kill = [](const Words& w) {
+    for (size_t i = 0; i + 2 < w.size(); ++i) {
+      if (w[i] == "--mca" && w[i + 1] == "odls_base_sigkill_timeout" && w[i + 2] == "0")
+        return true;
+    }
+    return false;
+  };
+  CHECK_FALSE(has_fast_kill(build_mpirun_command(s)));  // a plain job keeps the grace period
+  s.elastic = true;
+  CHECK(has_fast_kill(build_mpirun_command(s)));
+}
+
 TEST_CASE("ssh agent command and shell quoting", "[unit]") {
   CHECK(ssh_agent_command(0, "") == "ssh -o BatchMode=yes");
   CHECK(ssh_agent_command(22, "/k") == "ssh -o BatchMode=yes -p 22 -i /k");

@@ -27,6 +27,10 @@ struct LaunchSpec {
   std::string output_dir;                   // --output-filename (else --tag-output)
   std::vector<std::string> wrapper;         // prefix run in front of the program on each rank
   std::vector<std::string> command;         // program and arguments
+  // Elastic mode: a failed generation is torn down at once (the state is in the last commit):
+  // Open MPI kills the other ranks' wrappers without its 1 s wait between TERM and KILL
+  // (odls_base_sigkill_timeout 0), which took 1.0 of the 1.1 s of a generation's teardown.
+  bool elastic = false;
 };
 
 // The ssh command Open MPI uses to start its daemons: ssh -o BatchMode=yes [-p P] [-i ID].
