@@ -17,6 +17,7 @@ cases whose mechanics depend on the number of ranks run: the exception, the earl
 
 usage: elastic_test.py HVDRUN PYTHON NP"""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,9 +29,12 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_elastic
 failures = []
 
 
+MY_DIRS = set()  # the state directories of this test's jobs (hvdrun --verbose names them)
+
+
 def command(out, extra, hvdrun_args):
-    return [HVDRUN, "-np", str(NP), "--min-np", str(NP), *hvdrun_args, PYTHON, SCRIPT,
-            "--out", out, *extra]
+    return [HVDRUN, "--verbose", "-np", str(NP), "--min-np", str(NP), *hvdrun_args, PYTHON,
+            SCRIPT, "--out", out, *extra]
 
 
 def run(tmp, name, *extra, hvdrun_args=()):
@@ -39,6 +43,7 @@ def run(tmp, name, *extra, hvdrun_args=()):
     p = subprocess.run(command(out, extra, hvdrun_args), capture_output=True, text=True,
                        timeout=180)
     print(f"{name}: {time.time() - t:.1f} s, exit {p.returncode}", flush=True)
+    MY_DIRS.update(re.findall(r"HVD_ELASTIC_STATE_DIR=/dev/shm/(\S+)", p.stderr))
     log = open(out + ".log").read() if os.path.exists(out + ".log") else ""
     result = open(out).read() if os.path.exists(out) else None
     return p, result, log
@@ -116,6 +121,13 @@ def hvdrun_killed(tmp):
         time.sleep(0.2)
     check(proc.poll() is None, "the job is still running when hvdrun is killed")
     before = rank_processes(out)
+    for pid in before:
+        try:
+            words = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--rank-wrapper" in words:  # --rank-wrapper ADDRS TOKEN ...
+            MY_DIRS.add("hvd-elastic-" + words[words.index(b"--rank-wrapper") + 2].decode())
     killed = time.time()
     proc.kill()
     proc.wait()
@@ -130,11 +142,6 @@ def hvdrun_killed(tmp):
     check(not left and gone < 10, f"no process of the job outlives hvdrun by 10 s ({left})")
 
 
-def state_dirs():
-    return {d for d in os.listdir("/dev/shm") if d.startswith("hvd-elastic-")}
-
-
-others = state_dirs()  # other jobs' (other tests running beside this one)
 with tempfile.TemporaryDirectory() as tmp:
     base, ref, _ = run(tmp, "base")
     check(base.returncode == 0 and ref is not None, "the failure-free run succeeds", base)
@@ -210,7 +217,8 @@ with tempfile.TemporaryDirectory() as tmp:
     hvdrun_killed(tmp)
 
     time.sleep(1)
-    leftovers = [d for d in state_dirs() - others if not d.startswith("hvd-elastic-test-")]
+    leftovers = [d for d in MY_DIRS if os.path.exists(os.path.join("/dev/shm", d))]
+    check(len(MY_DIRS) >= 7, f"the jobs' state directories are known ({len(MY_DIRS)})")
     check(not leftovers, f"hvdrun (or, when it was killed, its wrappers) removes its state "
           f"directories ({leftovers})")
 
