@@ -66,8 +66,9 @@ int main(int argc, char** argv) {
     std::printf(
         "hvd_bench: allreduce (Sum, float32), np=%d, %d iterations, median of slowest rank\n",
         hvd::size(), iters);
-    std::printf("%-10s %10s %12s %12s %12s %8s %12s %9s %9s\n", "case", "MiB", "hvd ms", "raw1 ms",
-                "rawK ms", "ratio", "grouped ms", "loop us", "caller us");
+    std::printf("%-10s %10s %12s %12s %12s %8s %12s %9s %9s %9s %9s\n", "case", "MiB", "hvd ms",
+                "raw1 ms", "rawK ms", "ratio", "grouped ms", "loop us", "caller us", "rounds/it",
+                "resp/it");
   }
   for (const Case& c : cases) {
     if (!only.empty() && only != c.label) continue;
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
 
     const std::vector<double> loop0 = loop.sample();
     const double caller0 = hvd_bench::self_cpu_ns();
+    const hvd::RuntimeStats st0 = hvd::runtime_stats();
     double t_hvd = median_ms(iters, [&] {
       for (int j = 0; j < c.k; ++j) {
         hs[static_cast<size_t>(j)] = hvd::allreduce_async(
@@ -93,6 +95,11 @@ int main(int argc, char** argv) {
     double cpu[2] = {hvd_bench::LoopThread::busiest_delta(loop0, loop.sample()) / colls / 1e3,
                      (hvd_bench::self_cpu_ns() - caller0) / colls / 1e3};
     MPI_Allreduce(MPI_IN_PLACE, cpu, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    // Negotiation rounds and responses per iteration on this rank (rank 0 prints its own).
+    const hvd::RuntimeStats st1 = hvd::runtime_stats();
+    const double runs = static_cast<double>(iters + 3);
+    const double per_it[2] = {static_cast<double>(st1.rounds - st0.rounds) / runs,
+                              static_cast<double>(st1.responses - st0.responses) / runs};
     std::vector<hvd::TensorView> views;
     for (auto& t : ts)
       views.emplace_back(t.data(), hvd::DataType::kFloat32, std::vector<int64_t>{c.s});
@@ -111,9 +118,10 @@ int main(int argc, char** argv) {
     });
     if (rank == 0) {
       double best = std::min(t_raw1, t_rawk);
-      std::printf("%-10s %10.2f %12.3f %12.3f %12.3f %7.2fx %12.3f %9.3f %9.3f\n", c.label,
-                  static_cast<double>(c.k * c.s * 4) / (1 << 20), t_hvd, t_raw1, t_rawk,
-                  t_hvd / best, t_grouped, cpu[0] / hvd::size(), cpu[1] / hvd::size());
+      std::printf("%-10s %10.2f %12.3f %12.3f %12.3f %7.2fx %12.3f %9.3f %9.3f %9.1f %9.1f\n",
+                  c.label, static_cast<double>(c.k * c.s * 4) / (1 << 20), t_hvd, t_raw1, t_rawk,
+                  t_hvd / best, t_grouped, cpu[0] / hvd::size(), cpu[1] / hvd::size(), per_it[0],
+                  per_it[1]);
       std::fflush(stdout);
     }
   }

@@ -6,6 +6,12 @@ function(hvd_target_settings target)
   # are errors too.
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra -Werror=all-warnings>)
+  # hvd's shared libraries are not meant to have their functions interposed: let the compiler
+  # call and inline them directly inside the library instead of through the PLT.
+  get_target_property(_type ${target} TYPE)
+  if(_type STREQUAL "SHARED_LIBRARY" OR _type STREQUAL "MODULE_LIBRARY")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:C,CXX>:-fno-semantic-interposition>)
+  endif()
   if(HVD_SANITIZE)
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${HVD_SANITIZE} -fno-omit-frame-pointer>)

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -43,9 +43,12 @@ std::string fmt_double(double d) {
   return buf;
 }
 
+// Equal bits: then the printed forms are equal too (the converse may not hold: NaNs).
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
 // Groups ranks by the string form of one field; returns an error message or "".
 std::string compare_field(const std::vector<Request>& reqs, const char* what,
-                          const std::function<std::string(const Request&)>& value) {
+                          std::string (*value)(const Request&)) {
   std::map<std::string, std::vector<int>> by_value;
   std::vector<std::string> order;
   for (const auto& r : reqs) {
@@ -234,39 +237,59 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
   const Request& f = per_rank.front();
   Response resp = response_of(f);  // the parameters every rank agreed on, checked below
 
-  using Getter = std::function<std::string(const Request&)>;
-  std::vector<std::pair<const char*, Getter>> checks = {
-      {"operation", [](const Request& r) { return std::string(op_name(r.op)); }},
-      {"dtype", [](const Request& r) { return std::string(dtype_name(r.dtype)); }},
-      {"device kind",
+  // The fields every rank must agree on. `same` is exact (bitwise for the factors), so a
+  // round where all ranks agree never builds a string; only a difference is described.
+  struct Check {
+    const char* what;
+    bool (*same)(const Request&, const Request&);
+    std::string (*text)(const Request&);
+  };
+  Check checks[10];
+  size_t n_checks = 0;
+  auto add = [&](Check c) { checks[n_checks++] = c; };
+  add({"operation", [](const Request& a, const Request& b) { return a.op == b.op; },
+       [](const Request& r) { return std::string(op_name(r.op)); }});
+  add({"dtype", [](const Request& a, const Request& b) { return a.dtype == b.dtype; },
+       [](const Request& r) { return std::string(dtype_name(r.dtype)); }});
+  add({"device kind",
+       [](const Request& a, const Request& b) { return a.device.kind == b.device.kind; },
        [](const Request& r) {
          return std::string(r.device.kind == DeviceKind::kHost ? "cpu" : "cuda");
-       }},
-  };
+       }});
   if (f.op == OpType::kAllreduce || f.op == OpType::kBroadcast || f.op == OpType::kReducescatter) {
-    checks.push_back({"shape", [](const Request& r) { return shape_str(r.shape); }});
+    add({"shape", [](const Request& a, const Request& b) { return a.shape == b.shape; },
+         [](const Request& r) { return shape_str(r.shape); }});
   }
   if (f.op == OpType::kAddProcessSet) {
-    checks.push_back({"rank list", [](const Request& r) { return shape_str(r.splits); }});
+    add({"rank list", [](const Request& a, const Request& b) { return a.splits == b.splits; },
+         [](const Request& r) { return shape_str(r.splits); }});
   }
   if (f.op == OpType::kRemoveProcessSet) {
-    checks.push_back({"process set id", [](const Request& r) { return std::to_string(r.root); }});
+    add({"process set id", [](const Request& a, const Request& b) { return a.root == b.root; },
+         [](const Request& r) { return std::to_string(r.root); }});
   }
   if (f.op == OpType::kAllreduce || f.op == OpType::kReducescatter) {
-    checks.push_back(
-        {"reduce op", [](const Request& r) { return std::string(reduce_op_name(r.reduce_op)); }});
-    checks.push_back({"prescale factor", [](const Request& r) { return fmt_double(r.prescale); }});
-    checks.push_back(
-        {"postscale factor", [](const Request& r) { return fmt_double(r.postscale); }});
+    add({"reduce op", [](const Request& a, const Request& b) { return a.reduce_op == b.reduce_op; },
+         [](const Request& r) { return std::string(reduce_op_name(r.reduce_op)); }});
+    add({"prescale factor",
+         [](const Request& a, const Request& b) { return same_bits(a.prescale, b.prescale); },
+         [](const Request& r) { return fmt_double(r.prescale); }});
+    add({"postscale factor",
+         [](const Request& a, const Request& b) { return same_bits(a.postscale, b.postscale); },
+         [](const Request& r) { return fmt_double(r.postscale); }});
   }
   if (f.op == OpType::kBroadcast) {
-    checks.push_back({"root rank", [](const Request& r) { return std::to_string(r.root); }});
+    add({"root rank", [](const Request& a, const Request& b) { return a.root == b.root; },
+         [](const Request& r) { return std::to_string(r.root); }});
   }
-  checks.push_back({"group", [](const Request& r) {
-                      return r.group.empty()
-                                 ? std::string("(not grouped)")
-                                 : "'" + r.group + "' of " + std::to_string(r.group_size);
-                    }});
+  add({"group",
+       [](const Request& a, const Request& b) {
+         return a.group == b.group && (a.group.empty() || a.group_size == b.group_size);
+       },
+       [](const Request& r) {
+         return r.group.empty() ? std::string("(not grouped)")
+                                : "'" + r.group + "' of " + std::to_string(r.group_size);
+       }});
   // A rank that refused the call locally (bad input there only): every rank fails with its
   // reason, before comparing parameters its bad input may make differ.
   std::vector<int> refusers;
@@ -281,19 +304,23 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
       return resp;
     }
   }
-  for (const auto& [what, get] : checks) {
-    std::string err = compare_field(per_rank, what, get);
+  for (size_t i = 0; i < n_checks; ++i) {
+    const Check& c = checks[i];
+    const bool all_same = std::all_of(per_rank.begin(), per_rank.end(),
+                                      [&](const Request& r) { return c.same(f, r); });
+    if (all_same) continue;
+    std::string err = compare_field(per_rank, c.what, c.text);
     if (!err.empty()) {
       resp.error = err;
       return resp;
     }
   }
-  const std::string who = describe(f.op, f.name);
   if (f.op == OpType::kAllgather || f.op == OpType::kAlltoall) {
     resp.error = compare_trailing(per_rank);
     if (!resp.error.empty()) return resp;
   }
   if (!joined.empty()) {
+    const std::string who = describe(f.op, f.name);
     if (!joinable(f.op)) {
       resp.error = who + ": cannot run while " + ranks_word(joined) +
                    (joined.size() == 1 ? " has" : " have") +
