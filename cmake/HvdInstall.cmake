@@ -14,7 +14,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/core/include/ ${PROJECT_SOURCE_DIR}/ops/
 install(FILES ${PROJECT_BINARY_DIR}/core/generated/hvd/config.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/hvd)
 if(HVD_HAVE_TORCH)
-  list(APPEND _hvd_export_targets hvd_grad_registry hvd_optimizer hvd_torch)
+  list(APPEND _hvd_export_targets hvd_grad_registry hvd_elastic_store hvd_optimizer hvd_torch)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/optimizer/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endif()
 # hvd-timeline: the timeline report (Python 3 standard library only).

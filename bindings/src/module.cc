@@ -15,6 +15,7 @@
 
 #include "hvd/hvd.h"
 #include "py_collectives.h"
+#include "py_elastic.h"
 #include "py_handle.h"
 #include "py_registry.h"
 
@@ -223,4 +224,5 @@ PYBIND11_MODULE(_core, m) {
   bind_handle(m);
   bind_collectives(m);
   bind_registry(m);
+  bind_elastic(m);
 }

@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include "hvd/core/elastic_config.h"
+
 extern char** environ;  // NOLINT
 
 namespace hvd::core {
@@ -32,7 +34,7 @@ const Var kTimelineCycles{"HVD_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYC
 const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
 const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
 // Variables other parts of hvd read through their own layers (the launcher's test hosts, the
-// soak test, elastic mode's Python layer and rank wrapper, set by hvdrun --min-np).
+// soak test, elastic mode's Python layer, rank wrapper and ElasticConfig, set by hvdrun --min-np).
 const char* const kOtherKnown[] = {
     "HVD_TESTHOSTS_PREFIX",        "HVD_TESTHOSTS_SUBNET",      "HVD_TESTHOSTS_DIR",
     "HVD_SOAK_ITERATIONS",         "HVD_ELASTIC_STATE_DIR",     "HVD_ELASTIC_GENERATION",
@@ -153,19 +155,30 @@ Result<Config> Config::from_env(const Lookup& lookup, const std::vector<std::str
   return c;
 }
 
+namespace {
+std::optional<std::string> process_env(const std::string& n) {
+  const char* v = std::getenv(n.c_str());  // the one getenv of hvd
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+}  // namespace
+
+ElasticConfig ElasticConfig::from_env(const Config::Lookup& lookup) {
+  ElasticConfig c;
+  if (auto v = lookup("HVD_ELASTIC_STATE_DIR")) c.state_dir = *v;
+  if (auto v = lookup("HVD_ELASTIC_COMPLETION_FILE")) c.completion_file = *v;
+  return c;
+}
+
+ElasticConfig ElasticConfig::from_process_env() { return from_env(process_env); }
+
 Result<Config> Config::from_process_env(std::vector<std::string>* unknown) {
   std::vector<std::string> names;
   for (char** e = environ; e && *e; ++e) {
     std::string kv(*e);
     names.push_back(kv.substr(0, kv.find('=')));
   }
-  return from_env(
-      [](const std::string& n) -> std::optional<std::string> {
-        const char* v = std::getenv(n.c_str());  // the one getenv of hvd
-        if (!v) return std::nullopt;
-        return std::string(v);
-      },
-      names, unknown);
+  return from_env(process_env, names, unknown);
 }
 
 std::string Config::dump() const {

@@ -77,28 +77,41 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank
   const std::string name = "broadcast_optimizer_state." + std::to_string(g_state_counter++);
   std::vector<char> bytes;
   if (hvd::rank() == root_rank) {
-    torch::serialize::OutputArchive archive, state(archive.compilation_unit());
-    optimizer.save(state);
-    archive.write("optimizer", state);
-    // libtorch 1.13's load() ignores the saved group options: send them separately.
-    const auto& groups = optimizer.param_groups();
-    for (size_t i = 0; i < groups.size(); ++i) {
-      torch::serialize::OutputArchive options(archive.compilation_unit());
-      groups[i].options().serialize(options);
-      archive.write("group_options/" + std::to_string(i), options);
-    }
-    std::ostringstream os;
-    archive.save_to(os);
-    const std::string s = os.str();
+    const std::string s = detail::save_optimizer(optimizer);
     bytes.assign(s.begin(), s.end());
   }
   bytes = broadcast_bytes(bytes, root_rank, name);
   if (hvd::rank() == root_rank) return;
-  std::istringstream is(std::string(bytes.begin(), bytes.end()));
-  torch::serialize::InputArchive archive;
-  archive.load_from(is);
-  optimizer.state().clear();
+  detail::load_optimizer(optimizer, std::string(bytes.begin(), bytes.end()),
+                         "broadcast_optimizer_state: rank " + std::to_string(hvd::rank()) +
+                             " cannot load the state of rank " + std::to_string(root_rank));
+}
+
+namespace detail {
+
+std::string save_optimizer(torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive, state(archive.compilation_unit());
+  optimizer.save(state);
+  archive.write("optimizer", state);
+  // libtorch 1.13's load() ignores the saved group options: they travel separately.
+  const auto& groups = optimizer.param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    torch::serialize::OutputArchive options(archive.compilation_unit());
+    groups[i].options().serialize(options);
+    archive.write("group_options/" + std::to_string(i), options);
+  }
+  std::ostringstream os;
+  archive.save_to(os);
+  return os.str();
+}
+
+void load_optimizer(torch::optim::Optimizer& optimizer, const std::string& bytes,
+                    const std::string& context) {
   try {
+    std::istringstream is(bytes);
+    torch::serialize::InputArchive archive;
+    archive.load_from(is);
+    optimizer.state().clear();
     torch::serialize::InputArchive state;
     archive.read("optimizer", state);
     optimizer.load(state);
@@ -109,12 +122,12 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank
       groups[i].options().serialize(options);
     }
   } catch (const c10::Error& e) {
-    throw Error(invalid_argument(
-        "broadcast_optimizer_state: rank " + std::to_string(hvd::rank()) +
-        " cannot load the state of rank " + std::to_string(root_rank) +
-        " (do both optimizers hold the same param groups?): " + e.what_without_backtrace()));
+    throw Error(invalid_argument(context + " (do both optimizers hold the same param groups?): " +
+                                 e.what_without_backtrace()));
   }
 }
+
+}  // namespace detail
 
 namespace detail {
 std::vector<char> pickle(const c10::IValue& value) { return torch::jit::pickle_save(value); }

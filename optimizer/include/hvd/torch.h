@@ -17,6 +17,7 @@
 #include "hvd/optim/broadcast.h"
 #include "hvd/optim/collectives.h"
 #include "hvd/optim/distributed_optimizer.h"
+#include "hvd/optim/elastic.h"
 #include "hvd/optim/sized_collectives.h"
 #include "hvd/optim/tensor_adapter.h"
 

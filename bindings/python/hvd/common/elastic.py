@@ -10,7 +10,8 @@ host's snapshot file (hvd.common.elastic_snapshot):
 - ``commit()`` saves the state in host memory (as Horovod) and the lowest local rank of each host
   also writes it, with a commit id, to ``$HVD_ELASTIC_STATE_DIR/snapshot`` (hvdrun: /dev/shm).
 - When the decorated function starts, every rank reads its host's snapshot; the ranks agree on
-  the newest commit id and the lowest rank holding it broadcasts the snapshot. Every rank then
+  the newest commit id and the lowest rank holding it broadcasts the snapshot (the protocol and
+  the file format live in C++, hvd/optim/elastic_store.h, shared with libtorch programs). Every rank then
   restores it, runs the reset callbacks and syncs. Without any snapshot (the first generation)
   the state is synced from rank 0, as Horovod does at start.
 - HorovodInternalError or HostsUpdatedInterrupt inside the function ends the process with exit
@@ -30,7 +31,7 @@ import time
 
 from hvd.common import basics
 from hvd.common.elastic_progress import report_progress
-from hvd.common.elastic_snapshot import read_snapshot, remove_stale_temporaries, write_snapshot
+from hvd.common.elastic_snapshot import remove_stale_temporaries, resume_from_newest, write_snapshot
 from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 #: Exit code of a rank that asks hvdrun for a new generation (EX_TEMPFAIL).
@@ -188,21 +189,16 @@ def _start_generation(state):
     """Brings every rank to the same state at the start of the decorated function; returns
     True when it resumed from a committed snapshot (module docstring)."""
     directory = state_dir()
-    if directory is None or state._allgather_object is None:
+    if directory is None:
         state.sync()
         return False
     if basics.local_rank() == 0:
         remove_stale_temporaries(directory)
-    snapshot = read_snapshot(directory)
-    ids = state._allgather_object(snapshot.commit_id if snapshot else -1,
-                                  name="hvd.elastic.commit_ids")
-    newest = max(ids)
-    if newest < 0:
+    snapshot = resume_from_newest(directory)
+    if snapshot is None:
         state.sync()
         return False
-    root = ids.index(newest)
-    payload = state._bcast_object(snapshot.payload if basics.rank() == root else None,
-                                  root_rank=root, name="hvd.elastic.snapshot")
+    newest, payload = snapshot.commit_id, snapshot.payload
     state._loads(payload)
     state._commit_id = newest
     state.restore()

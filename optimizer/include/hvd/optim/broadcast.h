@@ -51,6 +51,12 @@ std::vector<char> broadcast_bytes(const std::vector<char>& bytes, int root_rank,
                                   const std::string& name = "");
 
 namespace detail {
+/// The optimizer's state (per-parameter state and every param group's options) as bytes, and
+/// back (broadcast_optimizer_state and hvd::elastic::TorchState). load_optimizer throws
+/// hvd::Error beginning with `context` when the bytes do not fit the optimizer.
+std::string save_optimizer(torch::optim::Optimizer& optimizer);
+void load_optimizer(torch::optim::Optimizer& optimizer, const std::string& bytes,
+                    const std::string& context);
 std::vector<char> pickle(const c10::IValue& value);
 c10::IValue unpickle(const std::vector<char>& bytes);
 }  // namespace detail

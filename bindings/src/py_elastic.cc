@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// hvd.common.elastic_snapshot and hvd.common.elastic call the C++ store (hvd/optim/
+// elastic_store.h): the snapshot file and the resume protocol live there once, for Python and
+// libtorch programs alike. Snapshots cross as (commit_id, world_size, payload bytes) tuples.
+#include "py_elastic.h"
+
+#include <optional>
+#include <string>
+
+#include "hvd/optim/elastic_store.h"
+
+namespace hvd::py {
+namespace {
+
+namespace pyb = pybind11;
+
+pyb::object to_python(const std::optional<elastic::Snapshot>& s) {
+  if (!s) return pyb::none();
+  return pyb::make_tuple(s->commit_id, s->world_size, pyb::bytes(s->payload));
+}
+
+}  // namespace
+
+void bind_elastic(pybind11::module_& m) {
+  m.attr("ELASTIC_RESTART_EXIT_CODE") = elastic::kRestartExitCode;
+  m.def("elastic_snapshot_path", &elastic::snapshot_path, pyb::arg("directory"));
+  m.def(
+      "elastic_write_snapshot",
+      [](const std::string& dir, uint64_t commit_id, uint64_t world_size, std::string payload) {
+        Status st;
+        {
+          pyb::gil_scoped_release nogil;
+          st = elastic::write_snapshot(dir, {commit_id, world_size, std::move(payload)});
+        }
+        throw_if_error(st);
+      },
+      pyb::arg("directory"), pyb::arg("commit_id"), pyb::arg("world_size"), pyb::arg("payload"),
+      "Replaces the host's snapshot atomically; raises HorovodInternalError naming the path.");
+  m.def(
+      "elastic_read_snapshot",
+      [](const std::string& dir) {
+        std::optional<elastic::Snapshot> s;
+        {
+          pyb::gil_scoped_release nogil;
+          s = elastic::read_snapshot(dir);
+        }
+        return to_python(s);
+      },
+      pyb::arg("directory"), "(commit_id, world_size, payload) or None: no whole snapshot.");
+  m.def(
+      "elastic_remove_stale_temporaries",
+      [](const std::string& dir) { elastic::remove_stale_temporaries(dir); },
+      pyb::arg("directory"));
+  m.def(
+      "elastic_resume",
+      [](const std::string& dir) {
+        std::optional<elastic::Snapshot> s;
+        {
+          pyb::gil_scoped_release nogil;
+          s = elastic::resume_from_newest(elastic::read_snapshot(dir));
+        }
+        return to_python(s);
+      },
+      pyb::arg("directory"),
+      "Collective: the newest snapshot of any rank's host (the lowest rank holding it "
+      "broadcasts), or None when no rank has one.");
+}
+
+}  // namespace hvd::py

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// Elastic mode's variables (set by hvdrun --min-np for every rank), read where Config reads the
+// others (config.cc, the one getenv of hvd) but kept apart from the runtime's Config: the
+// elastic layer (hvd/optim/elastic_store.h) reads them without a runtime.
+#pragma once
+
+#include <string>
+
+#include "hvd/core/config.h"
+
+namespace hvd::core {
+
+struct ElasticConfig {
+  /// Where this host keeps the last committed snapshot (HVD_ELASTIC_STATE_DIR); empty outside
+  /// elastic mode.
+  std::string state_dir;
+  /// Written when the elastic function returns (HVD_ELASTIC_COMPLETION_FILE); empty: none.
+  std::string completion_file;
+
+  static ElasticConfig from_env(const Config::Lookup& lookup);
+  /// Reads the process environment.
+  static ElasticConfig from_process_env();
+};
+
+}  // namespace hvd::core

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// hvd::elastic::run's generation boundary: resume at the start, leave with the restart code on
+// a failure, report completion at the end (hvd/optim/elastic.h).
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "hvd/hvd.h"
+#include "hvd/optim/elastic.h"
+
+namespace hvd::elastic {
+
+bool start_generation(State& state) {
+  const Environment env = environment();
+  if (env.state_dir.empty()) {
+    state.sync();
+    return false;
+  }
+  if (hvd::local_rank() == 0) remove_stale_temporaries(env.state_dir);
+  const std::optional<Snapshot> snapshot = resume_from_newest(read_snapshot(env.state_dir));
+  if (!snapshot) {
+    state.sync();
+    return false;
+  }
+  state.load_saved_bytes(snapshot->payload);
+  state.commit_id_ = snapshot->commit_id;
+  state.restore();
+  state.on_reset();
+  state.sync();
+  return true;
+}
+
+namespace detail {
+
+void ensure_initialized() {
+  if (!hvd::is_initialized()) hvd::init();
+}
+
+void leave_generation(const char* type, const char* what) {
+  if (environment().state_dir.empty()) return;
+  std::fprintf(stderr,
+               "hvd.elastic: rank %d: %s: %s; leaving this generation (exit %d) for hvdrun to "
+               "restart from the last commit\n",
+               hvd::rank(), type, what, kRestartExitCode);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(kRestartExitCode);
+}
+
+void report_completion() {
+  const std::string path = environment().completion_file;
+  if (path.empty()) return;
+  std::ofstream f(path);
+  f << "done\n";
+  if (!f) throw Error(internal_error("hvd.elastic: cannot write '" + path + "'"));
+}
+
+}  // namespace detail
+}  // namespace hvd::elastic

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+// hvd::elastic::State's commit / host-update protocol and TorchState's saved form.
+//
+// A TorchState's saved values are one byte string (the snapshot payload itself): a pickled
+// tuple (format version, parameter names, parameters, buffer names, buffers, the optimizer's
+// saved state as a byte tensor, field names, field values, sampler epoch, sampler's processed
+// indices). save() serializes the live values, restore() writes them back in place
+// (parameters and buffers keep their storage; the optimizer reloads its state).
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "hvd/hvd.h"
+#include "hvd/optim/broadcast.h"
+#include "hvd/optim/elastic.h"
+
+namespace hvd::elastic {
+namespace {
+
+constexpr int64_t kFormat = 1;
+
+torch::Tensor bytes_tensor(const std::string& s) {
+  torch::Tensor t = torch::empty({static_cast<int64_t>(s.size())}, torch::kByte);
+  if (!s.empty()) std::memcpy(t.data_ptr(), s.data(), s.size());
+  return t;
+}
+
+std::string tensor_bytes(const torch::Tensor& t) {
+  const torch::Tensor c = t.contiguous();
+  return std::string(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
+}
+
+[[noreturn]] void bad_snapshot(const std::string& what) {
+  throw Error(invalid_argument("hvd.elastic: the committed state does not fit this TorchState: " +
+                               what + " (construct it with the same model, optimizer, sampler " +
+                               "and fields in every generation)"));
+}
+
+// Writes `saved` into the live tensors of `live` (same names, same order, same shapes). The
+// unpickled lists are read as generic lists (their element types are not restored).
+void copy_into(const torch::OrderedDict<std::string, torch::Tensor>& live,
+               c10::ArrayRef<c10::IValue> names, c10::ArrayRef<c10::IValue> saved,
+               const char* kind) {
+  if (names.size() != live.size() || saved.size() != live.size()) {
+    bad_snapshot(std::string(kind) + "s: " + std::to_string(names.size()) + " saved, " +
+                 std::to_string(live.size()) + " in the model");
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < live.size(); ++i) {
+    const auto& item = live[i];
+    const std::string& name = names[i].toStringRef();
+    const torch::Tensor src = saved[i].toTensor();
+    if (name != item.key() || src.sizes() != item.value().sizes()) {
+      bad_snapshot(std::string(kind) + " " + std::to_string(i) + ": saved '" + name + "' " +
+                   c10::str(src.sizes()) + ", model '" + item.key() + "' " +
+                   c10::str(item.value().sizes()));
+    }
+    item.value().copy_(src);
+  }
+}
+
+}  // namespace
+
+// ---- State ----
+
+void State::commit() {
+  save();
+  ++commit_id_;
+  const Environment env = environment();
+  if (!env.state_dir.empty() && hvd::local_rank() == 0) {
+    throw_if_error(write_snapshot(env.state_dir,
+                                  {commit_id_, static_cast<uint64_t>(hvd::size()), saved_bytes()}));
+  }
+  check_host_updates();
+}
+
+void State::check_host_updates() {
+  int64_t update[2];
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    update[0] = std::max(pending_timestamp_, last_host_update_);
+    update[1] = pending_result_;
+    pending_result_ = 0;
+  }
+  hvd::broadcast(TensorView(update, DataType::kInt64, {2}), 0, "hvd.elastic.host_updates");
+  if (update[0] > last_host_update_) {
+    last_host_update_ = update[0];
+    // Only additions: the current workers keep their state (Horovod's skip_sync).
+    throw HostsUpdatedInterrupt(update[1] == static_cast<int>(HostUpdateResult::kAdded));
+  }
+}
+
+void State::on_hosts_updated(int64_t timestamp, HostUpdateResult result) {
+  std::lock_guard<std::mutex> lock(host_mu_);
+  pending_timestamp_ = std::max(pending_timestamp_, timestamp);
+  pending_result_ |= static_cast<int>(result);
+}
+
+void State::register_reset_callbacks(const std::vector<std::function<void()>>& callbacks) {
+  reset_callbacks_.insert(reset_callbacks_.end(), callbacks.begin(), callbacks.end());
+}
+
+void State::on_reset() {
+  for (const auto& callback : reset_callbacks_) callback();
+}
+
+// ---- TorchState ----
+
+TorchState::TorchState(std::shared_ptr<torch::nn::Module> model, torch::optim::Optimizer& optimizer,
+                       Sampler* sampler)
+    : model_(std::move(model)), optimizer_(optimizer), sampler_(sampler) {
+  if (!model_) throw Error(invalid_argument("hvd::elastic::TorchState: the model is null"));
+  save();
+}
+
+void TorchState::throw_field_type(const std::string& name) const {
+  static const char* const kTypes[] = {"int64_t", "double", "std::string"};
+  throw Error(invalid_argument("hvd::elastic::TorchState: field '" + name + "' holds a " +
+                               kTypes[fields_.at(name).index()] + ", asked for another type"));
+}
+
+std::string TorchState::serialize() const {
+  c10::List<std::string> param_names, buffer_names, field_names;
+  c10::List<at::Tensor> params, buffers;
+  for (const auto& p : model_->named_parameters()) {
+    param_names.push_back(p.key());
+    params.push_back(p.value().detach());
+  }
+  for (const auto& b : model_->named_buffers()) {
+    buffer_names.push_back(b.key());
+    buffers.push_back(b.value().detach());
+  }
+  c10::impl::GenericList values(c10::AnyType::get());
+  for (const auto& [name, value] : fields_) {
+    field_names.push_back(name);
+    std::visit([&](const auto& v) { values.push_back(c10::IValue(v)); }, value);
+  }
+  std::vector<int64_t> processed;
+  if (sampler_) processed.assign(sampler_->processed().begin(), sampler_->processed().end());
+  const c10::IValue tuple = c10::ivalue::Tuple::create(
+      {kFormat, param_names, params, buffer_names, buffers,
+       bytes_tensor(optim::detail::save_optimizer(optimizer_)), field_names, values,
+       sampler_ ? sampler_->epoch() : int64_t{0}, torch::tensor(processed, torch::kLong)});
+  const std::vector<char> bytes = torch::jit::pickle_save(tuple);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+void TorchState::deserialize(const std::string& bytes) {
+  c10::IValue v;
+  try {
+    v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const c10::Error& e) {
+    bad_snapshot(std::string("unreadable (") + e.what_without_backtrace() + ")");
+  }
+  if (!v.isTuple() || v.toTupleRef().elements().size() != 10 ||
+      v.toTupleRef().elements()[0].toInt() != kFormat) {
+    bad_snapshot("not a TorchState of this hvd version");
+  }
+  const auto& e = v.toTupleRef().elements();
+  copy_into(model_->named_parameters(), e[1].toListRef(), e[2].toListRef(), "parameter");
+  copy_into(model_->named_buffers(), e[3].toListRef(), e[4].toListRef(), "buffer");
+  optim::detail::load_optimizer(optimizer_, tensor_bytes(e[5].toTensor()),
+                                "hvd.elastic: cannot load the committed optimizer state");
+  const c10::ArrayRef<c10::IValue> names = e[6].toListRef();
+  const c10::ArrayRef<c10::IValue> values = e[7].toListRef();
+  if (names.size() != fields_.size()) {
+    bad_snapshot(std::to_string(names.size()) + " fields saved, " + std::to_string(fields_.size()) +
+                 " declared");
+  }
+  if (values.size() != names.size()) bad_snapshot("field values and names differ in number");
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i].toStringRef();
+    auto it = fields_.find(name);
+    if (it == fields_.end()) bad_snapshot("field '" + name + "' is not declared");
+    const c10::IValue& x = values[i];
+    if (x.isInt() && std::holds_alternative<int64_t>(it->second)) {
+      it->second = x.toInt();
+    } else if (x.isDouble() && std::holds_alternative<double>(it->second)) {
+      it->second = x.toDouble();
+    } else if (x.isString() && std::holds_alternative<std::string>(it->second)) {
+      it->second = x.toStringRef();
+    } else {
+      bad_snapshot("field '" + name + "' has another type");
+    }
+  }
+  if (sampler_) {
+    const torch::Tensor processed = e[9].toTensor().contiguous();
+    const int64_t* p = processed.data_ptr<int64_t>();
+    sampler_->load(e[8].toInt(), std::vector<int64_t>(p, p + processed.numel()));
+  }
+}
+
+void TorchState::save() { saved_ = serialize(); }
+
+void TorchState::restore() { deserialize(saved_); }
+
+void TorchState::sync() {
+  saved_ = broadcast_string(hvd::rank() == 0 ? serialize() : std::string(), 0, "hvd.elastic.sync");
+  deserialize(saved_);
+}
+
+}  // namespace hvd::elastic

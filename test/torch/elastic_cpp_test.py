@@ -1,0 +1,71 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""[elastic] A libtorch program on hvd::elastic::run under hvdrun --min-np (elastic_train.cc): a
+rank SIGKILLed mid-training must resume from the last commit and end with exactly the
+parameters of the run without failure (same np: the same batches in the same order).
+
+usage: elastic_cpp_test.py HVDRUN PROGRAM NP"""
+import os
+import subprocess
+import sys
+import tempfile
+
+HVDRUN, PROGRAM, NP = sys.argv[1], sys.argv[2], int(sys.argv[3])
+failures = []
+
+
+def run(tmp, name, *extra):
+    out = os.path.join(tmp, name)
+    cmd = [HVDRUN, "-np", str(NP), "--min-np", str(NP), PROGRAM, "--out", out, *extra]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    log = open(out + ".log").read() if os.path.exists(out + ".log") else ""
+    result = open(out).read() if os.path.exists(out) else None
+    return p, result, log
+
+
+def check(cond, what, p=None, log=""):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond:
+        failures.append(what)
+        if p is not None:
+            print(p.stdout[-3000:], p.stderr[-3000:], log, sep="\n")
+
+
+def events(log, word):
+    out = []
+    for line in log.splitlines():
+        if word in line:
+            t, g, r, text = line.split(" ", 3)
+            out.append((float(t), g + " " + r, text))
+    return sorted(out)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    base, ref, _ = run(tmp, "base")
+    steps = 2 * 64 // (4 * NP)
+    check(base.returncode == 0 and ref is not None and ref.startswith(f"steps {steps}\n"),
+          f"the failure-free run succeeds with {steps} steps", base)
+
+    per_epoch = 64 // (4 * NP)
+    fail_step = steps - 3  # in the second epoch, between two commits
+    commits = [s for s in range(1, fail_step + 1) for c in (s % 3 == 0, s % per_epoch == 0) if c]
+    resume = f"reset at commit {len(commits)} step {commits[-1]}"
+    p, got, log = run(tmp, "kill", "--fail", "kill", "--fail-step", str(fail_step))
+    check(p.returncode == 0, "after a SIGKILL of rank 1 the job succeeds", p, log)
+    check("starting generation 1 from the last commit" in p.stderr,
+          "hvdrun starts generation 1", p, log)
+    resets = [e for e in events(log, "reset at commit")]
+    check(len(resets) == NP and all(resume == e[2] for e in resets),
+          f"every rank of generation 1 resumed from the last commit ({resume}; killed at step "
+          f"{fail_step})", p, log)
+    check(got == ref, "the parameters equal the failure-free run's, bit for bit", p, log)
+    kill = events(log, "failing")
+    first = [e for e in events(log, "first step done") if e[1].startswith("gen1")]
+    took = sorted(float(e[2].split("took ")[1].split()[0]) for e in events(log, "took")
+                  if e[1].endswith("rank0"))
+    if kill and first and took:
+        print(f"resume: {first[0][0] - kill[0][0]:.2f} s from the SIGKILL to the first step "
+              f"after restore; steps lost: {fail_step - commits[-1]}; commit: median "
+              f"{took[len(took) // 2]:.3f} ms (rank 0)")
+
+sys.exit(1 if failures else 0)

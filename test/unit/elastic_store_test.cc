@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+// The elastic snapshot file (format, atomic replacement, damage), the resume plan and the
+// elastic Sampler's partitions (hvd/optim/elastic_store.h, hvd/optim/elastic_sampler.h).
+#include "hvd/optim/elastic_store.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "hvd/core/elastic_config.h"
+#include "hvd/optim/elastic_sampler.h"
+
+using namespace hvd::elastic;
+
+namespace {
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/hvd_elastic_unit_XXXXXX";
+  const char* d = ::mkdtemp(tmpl);
+  REQUIRE(d != nullptr);
+  return d;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Little-endian bytes of v, written independently of the library.
+std::string le(uint64_t v, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("crc32 is zlib's CRC-32", "[unit]") {
+  CHECK(crc32("") == 0u);
+  CHECK(crc32("123456789") == 0xCBF43926u);
+  CHECK(crc32("The quick brown fox jumps over the lazy dog") == 0x414FA339u);
+}
+
+TEST_CASE("a snapshot's bytes are magic, id, world size, length, CRC-32, payload", "[unit]") {
+  const std::string payload("ab\0c", 4);
+  const std::string expect =
+      std::string("HVDSNAP1") + le(7, 8) + le(4, 8) + le(4, 8) + le(crc32(payload), 4) + payload;
+  CHECK(encode_snapshot({7, 4, payload}) == expect);
+  const auto back = decode_snapshot(expect);
+  REQUIRE(back);
+  CHECK(back->commit_id == 7);
+  CHECK(back->world_size == 4);
+  CHECK(back->payload == payload);
+  const auto empty = decode_snapshot(encode_snapshot({1, 2, ""}));
+  REQUIRE(empty);
+  CHECK(empty->payload.empty());
+}
+
+TEST_CASE("a damaged, truncated or foreign snapshot decodes as none", "[unit]") {
+  const std::string good = encode_snapshot({3, 2, std::string(100, 'x')});
+  std::string flipped = good;
+  flipped.back() = 'y';
+  CHECK_FALSE(decode_snapshot(flipped));
+  CHECK_FALSE(decode_snapshot(good.substr(0, good.size() - 1)));
+  CHECK_FALSE(decode_snapshot(good.substr(0, 20)));
+  CHECK_FALSE(decode_snapshot(good + "z"));
+  std::string magic = good;
+  magic[7] = '2';
+  CHECK_FALSE(decode_snapshot(magic));
+}
+
+TEST_CASE("write_snapshot replaces the host's file atomically and read_snapshot reads it",
+          "[unit]") {
+  const std::string dir = temp_dir() + "/state";  // created by the first write
+  CHECK_FALSE(read_snapshot(dir));
+  REQUIRE(write_snapshot(dir, {1, 2, "first"}).ok());
+  REQUIRE(write_snapshot(dir, {2, 2, std::string(1 << 20, 'q')}).ok());
+  const auto got = read_snapshot(dir);
+  REQUIRE(got);
+  CHECK(got->commit_id == 2);
+  CHECK(got->payload == std::string(1 << 20, 'q'));
+  CHECK(slurp(snapshot_path(dir)) == encode_snapshot({2, 2, std::string(1 << 20, 'q')}));
+  // A writer killed before its rename leaves a temporary: the live file is untouched, and
+  // remove_stale_temporaries deletes only the temporary.
+  spit(snapshot_path(dir) + ".tmp.99999", "half a snap");
+  CHECK(read_snapshot(dir)->commit_id == 2);
+  remove_stale_temporaries(dir);
+  struct stat st;
+  CHECK(::stat((snapshot_path(dir) + ".tmp.99999").c_str(), &st) != 0);
+  CHECK(read_snapshot(dir)->commit_id == 2);
+  // Damage reads as none.
+  std::string bytes = slurp(snapshot_path(dir));
+  bytes[40] ^= 1;
+  spit(snapshot_path(dir), bytes);
+  CHECK_FALSE(read_snapshot(dir));
+}
+
+TEST_CASE("write_snapshot into an impossible directory fails naming the path", "[unit]") {
+  const std::string file = temp_dir() + "/plain_file";
+  spit(file, "x");
+  const hvd::Status st = write_snapshot(file + "/sub", {1, 1, "p"});
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains(file + "/sub"));
+}
+
+TEST_CASE("the newest commit wins, sent by the lowest rank holding it", "[unit]") {
+  const RestorePlan p = plan_restore({3, 5, -1, 5});
+  CHECK(p.commit_id == 5);
+  CHECK(p.root == 1);
+  CHECK(plan_restore({-1, -1, 0}).root == 2);
+  CHECK(plan_restore({-1, -1}).root == -1);
+  CHECK(plan_restore({-1, -1}).commit_id == -1);
+  CHECK(plan_restore({}).root == -1);
+}
+
+TEST_CASE("ElasticConfig reads the elastic variables hvdrun sets", "[unit]") {
+  std::map<std::string, std::string> env{{"HVD_ELASTIC_STATE_DIR", "/dev/shm/x"},
+                                         {"HVD_ELASTIC_COMPLETION_FILE", "/tmp/done"}};
+  const auto c =
+      hvd::core::ElasticConfig::from_env([&](const std::string& n) -> std::optional<std::string> {
+        auto it = env.find(n);
+        if (it == env.end()) return std::nullopt;
+        return it->second;
+      });
+  CHECK(c.state_dir == "/dev/shm/x");
+  CHECK(c.completion_file == "/tmp/done");
+  const auto none =
+      hvd::core::ElasticConfig::from_env([](const std::string&) { return std::nullopt; });
+  CHECK(none.state_dir.empty());
+}
+
+namespace {
+
+// Every rank's indices of the rest of the epoch, for a world of n ranks.
+std::vector<std::vector<int64_t>> partition(Sampler s, int n) {
+  std::vector<std::vector<int64_t>> out;
+  for (int r = 0; r < n; ++r) {
+    s.reset(n, r);
+    out.push_back(s.indices());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the sampler gives every sample once per epoch, padded to equal shares", "[unit]") {
+  for (int n : {1, 2, 3, 4}) {
+    Sampler s(10, /*shuffle=*/true, /*seed=*/5);
+    const auto parts = partition(s, n);
+    std::map<int64_t, int> seen;
+    for (const auto& p : parts) {
+      CHECK(p.size() == static_cast<size_t>((10 + n - 1) / n));
+      for (int64_t i : p) ++seen[i];
+    }
+    CHECK(seen.size() == 10);
+    int total = 0;
+    for (const auto& [i, count] : seen) total += count;
+    CHECK(total == ((10 + n - 1) / n) * n);  // the repeats are the padding
+  }
+  Sampler plain(6, /*shuffle=*/false);
+  plain.reset(2, 1);
+  CHECK(plain.indices() == std::vector<int64_t>{1, 3, 5});
+}
+
+TEST_CASE("after recorded batches a resized world gets exactly the remaining samples", "[unit]") {
+  Sampler s(24, /*shuffle=*/true, /*seed=*/1);
+  s.set_epoch(3);
+  s.reset(4, 0);
+  const std::vector<int64_t> first_epoch_order = s.indices();
+  std::set<int64_t> done;
+  for (int r = 0; r < 4; ++r) {  // batches 0 and 1 (2 samples each) of every rank
+    s.reset(4, r);
+    for (int b = 0; b < 2; ++b) {
+      for (int64_t i : s.get_indices(b, 2)) done.insert(i);
+    }
+  }
+  s.reset(4, 0);
+  s.record_batch(0, 2);
+  s.record_batch(1, 2);
+  CHECK(s.processed() == done);
+  CHECK(done.size() == 16);
+  // The job resumes on 3 ranks: together they get the 8 other samples, each once.
+  Sampler resumed(24, true, 1);
+  resumed.load(3, std::vector<int64_t>(done.begin(), done.end()));
+  std::set<int64_t> rest;
+  for (const auto& p : partition(resumed, 3)) {
+    CHECK(p.size() == 3);  // 8 over 3 ranks: 3 each, one repeat
+    for (int64_t i : p) {
+      CHECK_FALSE(done.count(i));
+      rest.insert(i);
+    }
+  }
+  CHECK(rest.size() == 8);
+  // A new epoch reshuffles (seed + epoch), deterministically.
+  resumed.set_epoch(4);
+  Sampler again(24, true, 1);
+  again.set_epoch(4);
+  resumed.reset(4, 0);
+  again.reset(4, 0);
+  CHECK(resumed.indices() == again.indices());
+  CHECK(resumed.indices() != first_epoch_order);
+}
