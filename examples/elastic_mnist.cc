@@ -8,8 +8,8 @@
 // The model, the optimizer's state, the sampler's progress and the epoch live in a TorchState;
 // hvd::elastic::run syncs them from rank 0 at the start (or restores the newest commit). The
 // epoch's samples come from an hvd::elastic::Sampler, which remembers what was processed, so a
-// resumed epoch goes on with the remaining samples. --check: exit 1 unless the loss went down
-// and every rank ends with rank 0's weights.
+// resumed epoch goes on with the remaining samples. --check: exit 1 unless the last epoch's loss
+// is below 1.0 (chance: 2.30) and every rank ends with rank 0's weights.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,11 +78,11 @@ int main(int argc, char** argv) {
     const torch::Tensor mine = torch::cat(flat);
     const torch::Tensor ref = hvd::broadcast(mine, 0, "check.weights");
     const bool same = torch::equal(mine, ref);
-    const bool learned = losses.size() >= 2 && losses.back() < 0.5 * losses.front();
+    // Chance level is ln(10) = 2.30; after a restart `losses` holds this generation's epochs.
+    const bool learned = !losses.empty() && losses.back() < 1.0;
     if (!same || !learned) {
-      std::printf("rank %d: check failed: weights equal to rank 0: %d, loss %.4f -> %.4f\n",
-                  hvd::rank(), same, losses.empty() ? 0.0 : losses.front(),
-                  losses.empty() ? 0.0 : losses.back());
+      std::printf("rank %d: check failed: weights equal to rank 0: %d, last loss %.4f\n",
+                  hvd::rank(), same, losses.empty() ? 0.0 : losses.back());
       status = 1;
     }
   }

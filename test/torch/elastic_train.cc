@@ -8,6 +8,7 @@
 //
 //   elastic_train --out FILE [--fail none|kill] [--fail-step N] [--fail-rank R]
 #include <signal.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>

@@ -2,7 +2,7 @@
 // hvd::elastic::State's commit / host-update protocol and TorchState's saved form.
 //
 // A TorchState's saved values are one byte string (the snapshot payload itself): a pickled
-// tuple (format version, parameter names, parameters, buffer names, buffers, the optimizer's
+// list (format version, parameter names, parameters, buffer names, buffers, the optimizer's
 // saved state as a byte tensor, field names, field values, sampler epoch, sampler's processed
 // indices). save() serializes the live values, restore() writes them back in place
 // (parameters and buffers keep their storage; the optimizer reloads its state).
@@ -139,11 +139,16 @@ std::string TorchState::serialize() const {
   }
   std::vector<int64_t> processed;
   if (sampler_) processed.assign(sampler_->processed().begin(), sampler_->processed().end());
-  const c10::IValue tuple = c10::ivalue::Tuple::create(
-      {kFormat, param_names, params, buffer_names, buffers,
-       bytes_tensor(optim::detail::save_optimizer(optimizer_)), field_names, values,
-       sampler_ ? sampler_->epoch() : int64_t{0}, torch::tensor(processed, torch::kLong)});
-  const std::vector<char> bytes = torch::jit::pickle_save(tuple);
+  c10::impl::GenericList all(c10::AnyType::get());
+  for (c10::IValue x : {c10::IValue(kFormat), c10::IValue(param_names), c10::IValue(params),
+                        c10::IValue(buffer_names), c10::IValue(buffers),
+                        c10::IValue(bytes_tensor(optim::detail::save_optimizer(optimizer_))),
+                        c10::IValue(field_names), c10::IValue(values),
+                        c10::IValue(sampler_ ? sampler_->epoch() : int64_t{0}),
+                        c10::IValue(torch::tensor(processed, torch::kLong))}) {
+    all.push_back(std::move(x));
+  }
+  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(all));
   return std::string(bytes.begin(), bytes.end());
 }
 
@@ -154,11 +159,11 @@ void TorchState::deserialize(const std::string& bytes) {
   } catch (const c10::Error& e) {
     bad_snapshot(std::string("unreadable (") + e.what_without_backtrace() + ")");
   }
-  if (!v.isTuple() || v.toTupleRef().elements().size() != 10 ||
-      v.toTupleRef().elements()[0].toInt() != kFormat) {
+  if (!v.isList() || v.toListRef().size() != 10 || !v.toListRef()[0].isInt() ||
+      v.toListRef()[0].toInt() != kFormat) {
     bad_snapshot("not a TorchState of this hvd version");
   }
-  const auto& e = v.toTupleRef().elements();
+  const c10::ArrayRef<c10::IValue> e = v.toListRef();
   copy_into(model_->named_parameters(), e[1].toListRef(), e[2].toListRef(), "parameter");
   copy_into(model_->named_buffers(), e[3].toListRef(), e[4].toListRef(), "buffer");
   optim::detail::load_optimizer(optimizer_, tensor_bytes(e[5].toTensor()),

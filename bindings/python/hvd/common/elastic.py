@@ -11,9 +11,9 @@ host's snapshot file (hvd.common.elastic_snapshot):
   also writes it, with a commit id, to ``$HVD_ELASTIC_STATE_DIR/snapshot`` (hvdrun: /dev/shm).
 - When the decorated function starts, every rank reads its host's snapshot; the ranks agree on
   the newest commit id and the lowest rank holding it broadcasts the snapshot (the protocol and
-  the file format live in C++, hvd/optim/elastic_store.h, shared with libtorch programs). Every rank then
-  restores it, runs the reset callbacks and syncs. Without any snapshot (the first generation)
-  the state is synced from rank 0, as Horovod does at start.
+  the file format live in C++, hvd/optim/elastic_store.h, shared with libtorch programs). Every
+  rank then restores it, runs the reset callbacks and syncs. Without any snapshot (the first
+  generation) the state is synced from rank 0, as Horovod does at start.
 - HorovodInternalError or HostsUpdatedInterrupt inside the function ends the process with exit
   code RESTART_EXIT_CODE (75): hvdrun then starts the next generation, which resumes from the
   last commit. Outside hvdrun's elastic mode (no HVD_ELASTIC_STATE_DIR) nothing persists and
@@ -29,13 +29,15 @@ import queue
 import sys
 import time
 
+from hvd import _core
 from hvd.common import basics
 from hvd.common.elastic_progress import report_progress
 from hvd.common.elastic_snapshot import remove_stale_temporaries, resume_from_newest, write_snapshot
 from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
-#: Exit code of a rank that asks hvdrun for a new generation (EX_TEMPFAIL).
-RESTART_EXIT_CODE = 75
+#: Exit code of a rank that asks hvdrun for a new generation (EX_TEMPFAIL; C++'s
+#: hvd::elastic::kRestartExitCode).
+RESTART_EXIT_CODE = _core.ELASTIC_RESTART_EXIT_CODE
 
 
 def _env(name):
