@@ -52,6 +52,14 @@ void bind_elastic(pybind11::module_& m) {
       [](const std::string& dir) { elastic::remove_stale_temporaries(dir); },
       pyb::arg("directory"));
   m.def(
+      "elastic_read_host_update",
+      [](const std::string& path) -> pybind11::object {
+        const auto u = elastic::read_host_update(path);
+        if (!u) return pyb::none();
+        return pyb::make_tuple(u->seq, u->bits);
+      },
+      pyb::arg("path"), "(seq, bits) of hvdrun's host-change file, or None.");
+  m.def(
       "elastic_resume",
       [](const std::string& dir) {
         std::optional<elastic::Snapshot> s;

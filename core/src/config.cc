@@ -35,10 +35,11 @@ const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
 const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
 // Variables other parts of hvd read through their own layers (the launcher's test hosts, the
 // soak test, elastic mode's Python layer, rank wrapper and ElasticConfig, set by hvdrun --min-np).
-const char* const kOtherKnown[] = {
-    "HVD_TESTHOSTS_PREFIX",        "HVD_TESTHOSTS_SUBNET",      "HVD_TESTHOSTS_DIR",
-    "HVD_SOAK_ITERATIONS",         "HVD_ELASTIC_STATE_DIR",     "HVD_ELASTIC_GENERATION",
-    "HVD_ELASTIC_COMPLETION_FILE", "HVD_ELASTIC_PROGRESS_FILE", "HVD_ELASTIC_STEP_TIMEOUT"};
+const char* const kOtherKnown[] = {"HVD_TESTHOSTS_PREFIX",        "HVD_TESTHOSTS_SUBNET",
+                                   "HVD_TESTHOSTS_DIR",           "HVD_SOAK_ITERATIONS",
+                                   "HVD_ELASTIC_STATE_DIR",       "HVD_ELASTIC_GENERATION",
+                                   "HVD_ELASTIC_COMPLETION_FILE", "HVD_ELASTIC_PROGRESS_FILE",
+                                   "HVD_ELASTIC_STEP_TIMEOUT",    "HVD_ELASTIC_HOSTS_FILE"};
 
 class Reader {
  public:
@@ -167,6 +168,7 @@ ElasticConfig ElasticConfig::from_env(const Config::Lookup& lookup) {
   ElasticConfig c;
   if (auto v = lookup("HVD_ELASTIC_STATE_DIR")) c.state_dir = *v;
   if (auto v = lookup("HVD_ELASTIC_COMPLETION_FILE")) c.completion_file = *v;
+  if (auto v = lookup("HVD_ELASTIC_HOSTS_FILE")) c.hosts_file = *v;
   return c;
 }
 

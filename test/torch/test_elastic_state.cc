@@ -2,8 +2,10 @@
 // [mpi] hvd::elastic::TorchState (save/restore/sync of model, optimizer, fields and sampler),
 // host updates and run() outside hvdrun's elastic mode. The resume across generations is the
 // [elastic] test elastic_cpp_test.py.
+#include <stdlib.h>
 #include <torch/torch.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -160,4 +162,35 @@ TEST_CASE("run outside elastic mode syncs, returns fn's result and lets errors p
                                       throw hvd::Error(hvd::peer_failure("a rank died"));
                                     }),
                   hvd::Error);
+}
+
+TEST_CASE("hvdrun's host-change file interrupts every rank once per change", "[mpi]") {
+  Job job(1);
+  hvd::elastic::TorchState state(job.model, *job.sgd);
+  char dir[] = "/tmp/hvd_elastic_hosts_XXXXXX";
+  std::string path = hvd::rank() == 0 ? std::string(::mkdtemp(dir)) + "/hosts" : "";
+  path = hvd::broadcast_object(path, 0, "hosts.path");
+  ::setenv("HVD_ELASTIC_HOSTS_FILE", path.c_str(), 1);  // what hvdrun's wrapper sets
+  auto post = [&](const char* text) {
+    if (hvd::rank() == 0) std::ofstream(path) << text;
+  };
+  auto interrupted = [&](bool* skip_sync) {
+    try {
+      state.check_host_updates();
+    } catch (const hvd::elastic::HostsUpdatedInterrupt& e) {
+      *skip_sync = e.skip_sync();
+      return true;
+    }
+    return false;
+  };
+  bool skip = true;
+  CHECK_FALSE(interrupted(&skip));  // no file yet
+  post("1 1\n");                    // a host removed
+  CHECK(interrupted(&skip));
+  CHECK_FALSE(skip);
+  CHECK_FALSE(interrupted(&skip));  // the same change is seen once
+  post("2 2\n");                    // a host added
+  CHECK(interrupted(&skip));
+  CHECK(skip);
+  ::unsetenv("HVD_ELASTIC_HOSTS_FILE");
 }

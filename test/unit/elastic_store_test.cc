@@ -126,9 +126,26 @@ TEST_CASE("the newest commit wins, sent by the lowest rank holding it", "[unit]"
   CHECK(plan_restore({}).root == -1);
 }
 
+TEST_CASE("hvdrun's host-change file reads as <seq> <bits>, anything else as none", "[unit]") {
+  const auto u = parse_host_update("12 2\n");
+  REQUIRE(u);
+  CHECK(u->seq == 12);
+  CHECK(u->bits == 2);
+  CHECK_FALSE(parse_host_update(""));
+  CHECK_FALSE(parse_host_update("12"));  // a write caught half done
+  CHECK_FALSE(parse_host_update("12 2 7"));
+  CHECK_FALSE(parse_host_update("x 2"));
+  const std::string path = temp_dir() + "/hosts";
+  CHECK_FALSE(read_host_update(path));
+  spit(path, "3 1\n");
+  REQUIRE(read_host_update(path));
+  CHECK(read_host_update(path)->seq == 3);
+}
+
 TEST_CASE("ElasticConfig reads the elastic variables hvdrun sets", "[unit]") {
   std::map<std::string, std::string> env{{"HVD_ELASTIC_STATE_DIR", "/dev/shm/x"},
-                                         {"HVD_ELASTIC_COMPLETION_FILE", "/tmp/done"}};
+                                         {"HVD_ELASTIC_COMPLETION_FILE", "/tmp/done"},
+                                         {"HVD_ELASTIC_HOSTS_FILE", "/tmp/hosts"}};
   const auto c =
       hvd::core::ElasticConfig::from_env([&](const std::string& n) -> std::optional<std::string> {
         auto it = env.find(n);
@@ -137,6 +154,7 @@ TEST_CASE("ElasticConfig reads the elastic variables hvdrun sets", "[unit]") {
       });
   CHECK(c.state_dir == "/dev/shm/x");
   CHECK(c.completion_file == "/tmp/done");
+  CHECK(c.hosts_file == "/tmp/hosts");
   const auto none =
       hvd::core::ElasticConfig::from_env([](const std::string&) { return std::nullopt; });
   CHECK(none.state_dir.empty());

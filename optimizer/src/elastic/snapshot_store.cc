@@ -9,6 +9,8 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "hvd/core/elastic_config.h"
 #include "hvd/optim/elastic_store.h"
@@ -176,9 +178,25 @@ RestorePlan plan_restore(const std::vector<int64_t>& commit_ids) {
   return plan;
 }
 
+std::optional<LauncherHostUpdate> parse_host_update(std::string_view text) {
+  std::istringstream in{std::string(text)};
+  LauncherHostUpdate u;
+  std::string rest;
+  if (!(in >> u.seq >> u.bits) || (in >> rest)) return std::nullopt;
+  return u;
+}
+
+std::optional<LauncherHostUpdate> read_host_update(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  std::ostringstream text;
+  text << f.rdbuf();
+  return parse_host_update(text.str());
+}
+
 Environment environment() {
   const core::ElasticConfig c = core::ElasticConfig::from_process_env();
-  return Environment{c.state_dir, c.completion_file};
+  return Environment{c.state_dir, c.completion_file, c.hosts_file};
 }
 
 }  // namespace hvd::elastic

@@ -77,6 +77,19 @@ void State::commit() {
 }
 
 void State::check_host_updates() {
+  if (hvd::rank() == 0) {
+    const std::string path = environment().hosts_file;
+    const auto launcher = path.empty() ? std::nullopt : read_host_update(path);
+    if (launcher && launcher->seq > launcher_host_seq_) {
+      launcher_host_seq_ = launcher->seq;
+      int64_t timestamp;
+      {
+        std::lock_guard<std::mutex> lock(host_mu_);
+        timestamp = std::max(pending_timestamp_, last_host_update_) + 1;
+      }
+      on_hosts_updated(timestamp, static_cast<HostUpdateResult>(launcher->bits & 3));
+    }
+  }
   int64_t update[2];
   {
     std::lock_guard<std::mutex> lock(host_mu_);

@@ -120,11 +120,10 @@ class State:
         path = _env("HVD_ELASTIC_HOSTS_FILE")
         if path is None:
             return
-        try:
-            with open(path) as f:
-                seq, bits = (int(w) for w in f.read().split())
-        except (OSError, ValueError):
+        update = _core.elastic_read_host_update(path)  # the format lives in C++ (elastic_store.h)
+        if update is None:
             return
+        seq, bits = update
         if seq > self._launcher_host_seq:
             self._launcher_host_seq = seq
             self.on_hosts_updated(max(time.time(), self._last_host_update + 1e-6), bits)

@@ -16,6 +16,9 @@ struct ElasticConfig {
   std::string state_dir;
   /// Written when the elastic function returns (HVD_ELASTIC_COMPLETION_FILE); empty: none.
   std::string completion_file;
+  /// Where hvdrun's rank wrapper writes host changes, "<seq> <bits>" (HVD_ELASTIC_HOSTS_FILE);
+  /// empty: none.
+  std::string hosts_file;
 
   static ElasticConfig from_env(const Config::Lookup& lookup);
   /// Reads the process environment.

@@ -74,7 +74,8 @@ class State {
   /// check_host_updates(). Collective. Throws hvd::Error when the snapshot cannot be written.
   void commit();
   /// Throws HostsUpdatedInterrupt on every rank when rank 0 has been told of a host change
-  /// (on_hosts_updated). Collective: one small broadcast from rank 0.
+  /// (on_hosts_updated, or hvdrun through $HVD_ELASTIC_HOSTS_FILE, which rank 0 reads here).
+  /// Collective: one small broadcast from rank 0.
   void check_host_updates();
   /// Queues a host change; noticed at the next commit()/check_host_updates(). Thread-safe.
   void on_hosts_updated(int64_t timestamp, HostUpdateResult result);
@@ -102,6 +103,7 @@ class State {
   int64_t pending_timestamp_ = 0;
   int pending_result_ = 0;
   int64_t last_host_update_ = 0;
+  int64_t launcher_host_seq_ = 0;
   uint64_t commit_id_ = 0;
 };
 

@@ -71,10 +71,23 @@ std::optional<Snapshot> resume_from_newest(const std::optional<Snapshot>& local)
 /// Root's bytes on every rank (sizes may differ before the call). Collective.
 std::string broadcast_string(const std::string& bytes, int root_rank, const std::string& name);
 
+/// A host change hvdrun reported: its wrapper writes "<seq> <bits>" to $HVD_ELASTIC_HOSTS_FILE
+/// (runner/include/hvd/runner/wire.h, HOSTS); a seq larger than the last one seen is a new
+/// change, bits are HostUpdateResult flags (1 removed, 2 added).
+struct LauncherHostUpdate {
+  int64_t seq = 0;
+  int bits = 0;
+};
+/// The update in `text`, nullopt when it is not "<seq> <bits>".
+std::optional<LauncherHostUpdate> parse_host_update(std::string_view text);
+/// The update in the file at `path`; nullopt when there is none (no file, or not yet whole).
+std::optional<LauncherHostUpdate> read_host_update(const std::string& path);
+
 /// Elastic mode's settings (set by hvdrun --min-np for every rank), read at each call.
 struct Environment {
   std::string state_dir;        ///< HVD_ELASTIC_STATE_DIR; empty: not in elastic mode
   std::string completion_file;  ///< HVD_ELASTIC_COMPLETION_FILE; empty: none
+  std::string hosts_file;       ///< HVD_ELASTIC_HOSTS_FILE; empty: none
 };
 Environment environment();
 
