@@ -238,8 +238,9 @@ def run_fn(func, reset=None):
         if not basics.is_initialized():
             basics.init()
         report_progress()  # arms hvdrun's step watchdog (hvd.common.elastic_progress)
-        _start_generation(state)
         try:
+            # Inside the try: a rank lost during the resume broadcast is a restart, too.
+            _start_generation(state)
             result = func(state, *args, **kwargs)
         except (HorovodInternalError, HostsUpdatedInterrupt) as e:
             _leave_generation(e)

@@ -184,9 +184,9 @@ template <typename S, typename Fn>
 decltype(auto) run(S& state, Fn&& fn) {
   static_assert(std::is_base_of_v<State, S>, "hvd::elastic::run needs a hvd::elastic::State");
   detail::ensure_initialized();
-  start_generation(state);
   using R = std::invoke_result_t<Fn, S&>;
   try {
+    start_generation(state);  // a rank lost during the resume broadcast is a restart, too
     if constexpr (std::is_void_v<R>) {
       std::forward<Fn>(fn)(state);
       detail::report_completion();
