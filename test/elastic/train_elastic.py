@@ -116,15 +116,15 @@ state.register_reset_callbacks([lambda: event(f"reset at commit {state.commit_id
                                               f"step {state.step}")])
 
 if args.fail == "kill-restore" and generation == 1 and rank == args.fail_rank:
-    real_bcast = state._bcast_object
+    # The resume protocol (commit ids allgathered, the newest snapshot broadcast) runs in C++
+    # (hvd/optim/elastic_store.h): this rank dies as it enters it, while the others are inside.
+    import hvd.common.elastic as common_elastic
 
-    def dying_bcast(obj, root_rank, name=None):
-        if name == "hvd.elastic.snapshot":
-            event("failing (kill-restore) in the snapshot broadcast")
-            os.kill(os.getpid(), signal.SIGKILL)
-        return real_bcast(obj, root_rank=root_rank, name=name)
+    def dying_resume(directory):
+        event("failing (kill-restore) in the snapshot broadcast")
+        os.kill(os.getpid(), signal.SIGKILL)
 
-    state._bcast_object = dying_bcast
+    common_elastic.resume_from_newest = dying_resume
 
 
 def fail_now():
