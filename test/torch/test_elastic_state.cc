@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -193,4 +194,6 @@ TEST_CASE("hvdrun's host-change file interrupts every rank once per change", "[m
   CHECK(interrupted(&skip));
   CHECK(skip);
   ::unsetenv("HVD_ELASTIC_HOSTS_FILE");
+  hvd::barrier();
+  if (hvd::rank() == 0) std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }

@@ -8,11 +8,13 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "hvd/core/elastic_config.h"
 #include "hvd/optim/elastic_sampler.h"
@@ -21,10 +23,19 @@ using namespace hvd::elastic;
 
 namespace {
 
+// A fresh directory under /tmp, removed (with what the test wrote) when the test ends.
 std::string temp_dir() {
+  struct Dirs {
+    std::vector<std::string> paths;
+    ~Dirs() {
+      for (const auto& p : paths) std::filesystem::remove_all(p);
+    }
+  };
+  static Dirs dirs;
   char tmpl[] = "/tmp/hvd_elastic_unit_XXXXXX";
   const char* d = ::mkdtemp(tmpl);
   REQUIRE(d != nullptr);
+  dirs.paths.emplace_back(d);
   return d;
 }
 
