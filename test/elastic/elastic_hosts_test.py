@@ -35,7 +35,7 @@ SCRIPT = os.path.join(HERE, "train_elastic.py")
 RIG = os.path.join(HERE, "..", "hosts", "testhosts.sh")
 PREFIX = "hvdel"
 os.environ.update(HVD_TESTHOSTS_PREFIX=PREFIX, HVD_TESTHOSTS_SUBNET="10.201.23",
-                  HVD_TESTHOSTS_PRIVATE_TMP="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+                  HVD_TESTHOSTS_PRIVATE_TMP="shm", OMPI_ALLOW_RUN_AS_ROOT="1",
                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 H1, H2, H3 = (f"{PREFIX}{i}" for i in (1, 2, 3))
 N, BATCH, EPOCHS = 64, 4, 2

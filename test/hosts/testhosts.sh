@@ -30,7 +30,8 @@
 #                              master = .1, host i = .(10+i)
 #   HVD_TESTHOSTS_DIR          state dir (keys, configs, logs) (default /run/<prefix>-testhosts)
 #                              must not be under /tmp when PRIVATE_TMP=1
-#   HVD_TESTHOSTS_PRIVATE_TMP  1 = private /tmp and /dev/shm per fake host (default 0)
+#   HVD_TESTHOSTS_PRIVATE_TMP  1 = private /tmp and /dev/shm per fake host, shm = private
+#                              /dev/shm only (a build under /tmp stays visible) (default 0)
 #   HVD_TESTHOSTS_ETC          1 = add /etc/hosts entries + /etc/ssh/ssh_config.d
 #                              drop-in so plain `ssh hvdhost1` works (default 1)
 #   HVD_TESTHOSTS_UTS          0 = do NOT give fake hosts their own hostname (all
@@ -172,6 +173,8 @@ start_sshd() { # host
     if [ "$UTS" != 1 ]; then uts=""; setup="mount -t tmpfs -o mode=755 tmpfs \"\$5\""; fi
     if [ "$PRIVATE_TMP" = 1 ]; then
         setup="$setup; mount -t tmpfs -o mode=1777 tmpfs /tmp; mount -t tmpfs -o mode=1777 tmpfs /dev/shm"
+    elif [ "$PRIVATE_TMP" = shm ]; then
+        setup="$setup; mount -t tmpfs -o mode=1777 tmpfs /dev/shm"
     fi
     # sshd daemonizes; its PidFile tells us the daemon's pid.
     # shellcheck disable=SC2086
@@ -229,6 +232,8 @@ cmd_up() {
     ! ip -4 -o addr show | grep -qF " ${SUBNET}." || die "subnet ${CIDR} already in use here; set HVD_TESTHOSTS_SUBNET"
     if [ "$PRIVATE_TMP" = 1 ]; then
         case "$STATE/" in /tmp/*|/dev/shm/*) die "HVD_TESTHOSTS_DIR must not be under /tmp or /dev/shm with PRIVATE_TMP=1";; esac
+    elif [ "$PRIVATE_TMP" = shm ]; then
+        case "$STATE/" in /dev/shm/*) die "HVD_TESTHOSTS_DIR must not be under /dev/shm with PRIVATE_TMP=shm";; esac
     fi
 
     local t0; t0=$(date +%s%N)
