@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -44,7 +45,14 @@ std::string fmt_double(double d) {
 }
 
 // Equal bits: then the printed forms are equal too (the converse may not hold: NaNs).
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same_bits(double a, double b) {
+  static_assert(sizeof(double) == sizeof(uint64_t), "64-bit double");
+  uint64_t x = 0;
+  uint64_t y = 0;
+  std::memcpy(&x, &a, sizeof x);
+  std::memcpy(&y, &b, sizeof y);
+  return x == y;
+}
 
 // Groups ranks by the string form of one field; returns an error message or "".
 std::string compare_field(const std::vector<Request>& reqs, const char* what,
