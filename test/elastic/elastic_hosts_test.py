@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-import torch
+from replay import check_replay, events  # noqa: I100 (this directory)
 
 HVDRUN, PYTHON, SCENARIO = sys.argv[1], sys.argv[2], sys.argv[3]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +38,6 @@ os.environ.update(HVD_TESTHOSTS_PREFIX=PREFIX, HVD_TESTHOSTS_SUBNET="10.201.23",
                   HVD_TESTHOSTS_PRIVATE_TMP="shm", OMPI_ALLOW_RUN_AS_ROOT="1",
                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 H1, H2, H3 = (f"{PREFIX}{i}" for i in (1, 2, 3))
-N, BATCH, EPOCHS = 64, 4, 2
 failures = []
 
 
@@ -50,83 +49,9 @@ def check(cond, what, detail=""):
             print(detail[-6000:])
 
 
-def events(log):
-    """[(time, gen, rank, text)] of every event line, in time order."""
-    out = []
-    for line in log.splitlines():
-        m = re.match(r"(\S+) gen(\d+) rank(\d+) (.*)", line)
-        if m:
-            out.append((float(m[1]), int(m[2]), int(m[3]), m[4]))
-    return sorted(out)
-
-
-def replay(evs):
-    """The parameters of a failure-free run of the committed steps: each generation's steps
-    after the commit it resumed from and up to the commit the next one resumed from; one SGD
-    step per batch, the gradient of the mean over ranks of each rank's mean loss (what
-    DistributedOptimizer's average computes). Also returns {epoch: [sample, ...]}."""
-    resume = {0: 0}
-    batches = {}
-    for _, g, r, text in evs:
-        m = re.match(r"reset at commit \d+ step (\d+)", text)
-        if m and r == 0:
-            resume[g] = int(m[1])
-        m = re.match(r"batch step (\d+) epoch (\d+) np \d+ (.*)", text)
-        if m:
-            batches.setdefault(g, {})[int(m[1])] = (int(m[2]), eval(m[3]))
-    steps, limit = {}, None
-    for g in sorted(batches, reverse=True):
-        for s, b in batches[g].items():
-            if s > resume.get(g, 0) and (limit is None or s <= limit) and s not in steps:
-                steps[s] = b
-        limit = resume.get(g, 0)
-    torch.manual_seed(0)
-    X = torch.randn(N, 4, dtype=torch.float64)
-    Y = X @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]], dtype=torch.float64) + 0.1
-    model = torch.nn.Linear(4, 1).double()
-    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
-    seen = {}
-    for s in sorted(steps):
-        epoch, per_rank = steps[s]
-        opt.zero_grad()
-        loss = sum(((model(X[idx]) - Y[idx]) ** 2).mean() for idx in per_rank) / len(per_rank)
-        loss.backward()
-        opt.step()
-        for idx in per_rank:
-            seen.setdefault(epoch, []).extend(idx)
-    lines = [f"steps {max(steps) if steps else 0}"]
-    for name, t in model.state_dict().items():
-        lines.append(name + " " + " ".join(float(v).hex() for v in t.flatten().tolist()))
-    return lines, seen, sorted(steps)
-
-
-def close(got, ref):
-    """Same step count and parameters within 1e-9 (the allreduce sums in another order)."""
-    if got is None or got[0] != ref[0]:
-        return False
-    for a, b in zip(got[1:], ref[1:]):
-        va = [float.fromhex(w) for w in a.split()[1:]]
-        vb = [float.fromhex(w) for w in b.split()[1:]]
-        if len(va) != len(vb) or any(abs(x - y) > 1e-9 * max(1, abs(y)) for x, y in zip(va, vb)):
-            return False
-    return True
-
-
 def check_result(out, p, max_np):
-    log = open(out + ".log").read() if os.path.exists(out + ".log") else ""
-    got = open(out).read().split("\n")[:3] if os.path.exists(out) else None
-    evs = events(log)
-    ref, seen, steps = replay(evs)
-    detail = p.stdout + p.stderr + log
-    check(p.returncode == 0, f"the job succeeds (exit {p.returncode})", detail)
-    check(steps == list(range(1, len(steps) + 1)), "the committed steps follow each other")
-    check(close(got, ref), "the final parameters equal the failure-free replay of the committed "
-          f"steps ({got} vs {ref})", detail)
-    for e in range(EPOCHS):
-        s = seen.get(e, [])
-        check(set(s) == set(range(N)) and len(s) - N < max_np,
-              f"epoch {e} covered every sample once ({len(s)} with padding)")
-    return evs, log
+    check(p.returncode == 0, f"the job succeeds (exit {p.returncode})", p.stdout + p.stderr)
+    return check_replay(out, max_np, check, detail=p.stdout + p.stderr)
 
 
 def hvdrun(out, *flags, args=(), wait_for=None, then=None, timeout=110):

@@ -11,10 +11,15 @@
 #   - `salloc ... hvdrun PROBE` with no -np/-H, and `sbatch` + hvdrun (one node);
 #   - hvdrun's check of -np/-H against the allocation (error, exit 2; one node);
 #   - autoencoder_shared (when built with libtorch) through srun and through salloc + hvdrun:
-#     2 epochs on 2 ranks, identical losses.
+#     2 epochs on 2 ranks, identical losses;
+#   - an elastic job (two hosts, when built with libtorch): `salloc -N 2 -n 4 hvdrun --min-np 2`
+#     of test/torch/elastic_train.cc, 2 ranks on each host, a rank on the first host SIGKILLed
+#     mid-epoch: that host is blacklisted, generation 1 runs 2 ranks on the other host of the
+#     allocation from the last commit (its own /dev/shm snapshot), and the final parameters equal
+#     the failure-free replay of the committed steps (test/elastic/replay.py).
 # Every daemon and job (and the fake hosts) is torn down on exit. Where the daemons cannot
 # start it exits 77 naming why.
-# Usage (as root): slurm_test.sh [--two-hosts] HVDRUN PROBE [AUTOENCODER_SHARED]
+# Usage (as root): slurm_test.sh [--two-hosts] HVDRUN PROBE [AUTOENCODER_SHARED ELASTIC_TRAIN PYTHON]
 set -euo pipefail
 
 TWO_HOSTS=0
@@ -25,6 +30,8 @@ fi
 HVDRUN=${1:?usage: slurm_test.sh [--two-hosts] HVDRUN PROBE [AUTOENCODER_SHARED]}
 PROBE=${2:?usage: slurm_test.sh [--two-hosts] HVDRUN PROBE [AUTOENCODER_SHARED]}
 AUTOENC=${3:-}
+ELASTIC=${4:-}
+PYTHON=${5:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 skip() {
@@ -41,7 +48,7 @@ for c in munged munge slurmctld slurmd srun salloc sbatch sinfo scancel; do
   command -v "$c" >/dev/null ||
     skip "'$c' is not installed (scripts/install-deps.sh installs Debian's slurm-wlm and munge)"
 done
-for f in "$HVDRUN" "$PROBE" ${AUTOENC:+"$AUTOENC"}; do
+for f in "$HVDRUN" "$PROBE" ${AUTOENC:+"$AUTOENC"} ${ELASTIC:+"$ELASTIC"}; do
   [[ -x "$f" ]] || fail "$f is not built (cmake --build <build> first)"
 done
 RIG="$(cd "$(dirname "$0")/../hosts" && pwd)/testhosts.sh"
@@ -59,8 +66,8 @@ if [[ $TWO_HOSTS == 1 ]]; then
   # programs from $WORK, which every host sees, with copies of hvd's shared libraries (and the
   # GPU module beside them, when built) found through LD_LIBRARY_PATH, which srun passes on.
   mkdir -p "$WORK/bin"
-  cp "$HVDRUN" "$PROBE" ${AUTOENC:+"$AUTOENC"} "$WORK/bin/"
-  for lib in $(ldd "$PROBE" ${AUTOENC:+"$AUTOENC"} | awk '$1 ~ /^libhvd_/ && $3 ~ /^\// {print $3}' |
+  cp "$HVDRUN" "$PROBE" ${AUTOENC:+"$AUTOENC"} ${ELASTIC:+"$ELASTIC"} "$WORK/bin/"
+  for lib in $(ldd "$PROBE" ${AUTOENC:+"$AUTOENC"} ${ELASTIC:+"$ELASTIC"} | awk '$1 ~ /^libhvd_/ && $3 ~ /^\// {print $3}' |
                sort -u); do
     cp "$lib" "$WORK/bin/"
     if [[ -e $(dirname "$lib")/libhvd_nccl.so ]]; then
@@ -70,6 +77,7 @@ if [[ $TWO_HOSTS == 1 ]]; then
   export LD_LIBRARY_PATH="$WORK/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   HVDRUN="$WORK/bin/$(basename "$HVDRUN")" PROBE="$WORK/bin/$(basename "$PROBE")"
   [[ -n "$AUTOENC" ]] && AUTOENC="$WORK/bin/$(basename "$AUTOENC")"
+  [[ -n "$ELASTIC" ]] && ELASTIC="$WORK/bin/$(basename "$ELASTIC")"
   cd "$WORK"
 fi
 PIDS=()
@@ -309,5 +317,39 @@ if [[ -n $AUTOENC ]]; then
   echo "$srun_losses"
 else
   echo "note: autoencoder_shared not given (built without libtorch): its runs are not part of this pass"
+fi
+if [[ $TWO_HOSTS == 1 && -n $ELASTIC ]]; then
+  # Generation 0: 4 ranks, 2 per host (4 steps of 4 samples a rank per epoch);
+  # commits at steps 3, 4 (epoch end) and 6; rank 1 (first host) SIGKILLs itself after step 7.
+  # Generation 1: the other host's 2 ranks resume from commit 3 (step 6, half of epoch 1 done)
+  # and share the epoch's 32 samples left: steps 7-10.
+  t=$SECONDS
+  run 0 "elastic: salloc -N 2 -n 4 hvdrun --min-np 2, rank 1 killed" salloc -N 2 -n 4 \
+    "$HVDRUN" --min-np 2 "$ELASTIC" --out "$WORK/elastic" --log-batches 1 --fail kill \
+    --fail-step 7 --fail-rank 1
+  log=$(cat "$WORK/elastic.log" 2>/dev/null || true)
+  for want in "generation 0: 4 rank(s) on ${NODES[0]}:2,${NODES[1]}:2" \
+    "host ${NODES[0]} blacklisted (its rank 1 failed)" \
+    "generation 1: 2 rank(s) on ${NODES[1]}:2"; do
+    grep -qF "$want" <<<"$OUT" || fail "elastic job under Slurm: no '$want' from hvdrun: $OUT $log"
+  done
+  for want in "gen0 rank0 started on ${NODES[0]}" "gen0 rank1 started on ${NODES[0]}" \
+    "gen0 rank2 started on ${NODES[1]}" "gen0 rank3 started on ${NODES[1]}" \
+    "gen0 rank1 failing (kill) at step 7" "gen1 rank0 started on ${NODES[1]}" \
+    "gen1 rank1 started on ${NODES[1]}" "gen1 rank0 reset at commit 3 step 6" \
+    "gen1 rank1 reset at commit 3 step 6"; do
+    grep -qF " $want" <<<"$log" || fail "elastic job under Slurm: no '$want' in its log: $OUT $log"
+  done
+  ! grep -q "gen2 " <<<"$log" || fail "elastic job under Slurm: a third generation ran: $log"
+  "$PYTHON" "$(dirname "$RIG")/../elastic/replay.py" "$WORK/elastic" 4 --model-seed 100 ||
+    fail "elastic job under Slurm: the final state is not the replay's. Log: $log"
+  for n in "${NODES[@]}"; do
+    ! "$RIG" exec "$n" ls /dev/shm | grep -q hvd-elastic- ||
+      fail "elastic job under Slurm: its state directory is left in $n's /dev/shm"
+  done
+  echo "ok: elastic hvdrun in an allocation of ${NODES[*]}: a rank on ${NODES[0]} killed, the"
+  echo "    job resumed on ${NODES[1]} from the last commit, final parameters = replay ($((SECONDS - t)) s)"
+elif [[ $TWO_HOSTS == 1 ]]; then
+  echo "note: elastic_train not given (built without libtorch): the elastic job is not part of this pass"
 fi
 echo "slurm: all checks passed in $((SECONDS - started)) s"

@@ -4,9 +4,10 @@
 // hvd::elastic::Sampler over 64 samples, 4 per rank per batch, commit every 3 steps and at each
 // epoch's end. In generation 0 rank --fail-rank SIGKILLs itself before step --fail-step
 // (--fail kill). Rank 0 writes the steps and final parameters (hex floats) to --out; every rank
-// appends its events to --out.log.
+// appends its events (the first: its host) to --out.log. With --log-batches 1 rank 0 also logs
+// every step's batches of all ranks, in the form test/elastic/replay.py replays.
 //
-//   elastic_train --out FILE [--fail none|kill] [--fail-step N] [--fail-rank R]
+//   elastic_train --out FILE [--fail none|kill] [--fail-step N] [--fail-rank R] [--log-batches 1]
 #include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "hvd/torch.h"
 
@@ -27,6 +29,7 @@ struct Args {
   std::string fail = "none";
   int64_t fail_step = 11;
   int fail_rank = 1;
+  bool log_batches = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -41,6 +44,8 @@ Args parse(int argc, char** argv) {
       a.fail_step = std::stoll(v);
     else if (k == "--fail-rank")
       a.fail_rank = std::stoi(v);
+    else if (k == "--log-batches")
+      a.log_batches = v == "1";
   }
   if (a.out.empty()) {
     std::fprintf(stderr, "usage: elastic_train --out FILE [--fail none|kill] ...\n");
@@ -65,6 +70,9 @@ int main(int argc, char** argv) {
                   text.c_str());
     log << line << std::flush;
   };
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  event(std::string("started on ") + host);
 
   constexpr int64_t kSamples = 64, kBatch = 4, kEpochs = 2;
   torch::manual_seed(0);
@@ -85,6 +93,25 @@ int main(int argc, char** argv) {
     event("reset at commit " + std::to_string(state.commit_id()) + " step " + std::to_string(step));
   }});
 
+  // "batch step S epoch E np N [[i, ...], ...]": every rank's indices (padded to kBatch + 1
+  // with the count first, so that one allgather of equal rows carries them).
+  auto log_batch = [&](const std::vector<int64_t>& idx, int64_t done, int64_t ep) {
+    torch::Tensor row = torch::full({1, kBatch + 1}, -1, torch::kLong);
+    row[0][0] = static_cast<int64_t>(idx.size());
+    for (size_t i = 0; i < idx.size(); ++i) row[0][static_cast<int64_t>(i) + 1] = idx[i];
+    const torch::Tensor all = hvd::allgather(row, "test.batches");
+    if (hvd::rank() != 0) return;
+    std::string text = "batch step " + std::to_string(done + 1) + " epoch " + std::to_string(ep) +
+                       " np " + std::to_string(hvd::size()) + " [";
+    for (int64_t r = 0; r < all.size(0); ++r) {
+      text += r ? ", [" : "[";
+      for (int64_t i = 0; i < all[r][0].item<int64_t>(); ++i)
+        text += (i ? ", " : "") + std::to_string(all[r][i + 1].item<int64_t>());
+      text += "]";
+    }
+    event(text + "]");
+  };
+
   const int64_t steps = hvd::elastic::run(state, [&](hvd::elastic::TorchState& s) {
     bool first = true;
     for (; epoch < kEpochs;) {
@@ -96,6 +123,7 @@ int main(int argc, char** argv) {
           ::kill(::getpid(), SIGKILL);
         }
         const std::vector<int64_t> idx = sampler.get_indices(b, kBatch);
+        if (args.log_batches) log_batch(idx, step, epoch);
         const torch::Tensor rows = torch::tensor(idx, torch::kLong);
         opt.zero_grad();
         const torch::Tensor loss =
