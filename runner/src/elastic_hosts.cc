@@ -62,9 +62,12 @@ DiscoveredHosts parse_discovery_output(std::string_view text, int default_slots)
   return out;
 }
 
-double cooldown_seconds(const CooldownRange& range, int failures) {
-  const double grown = range.min_s * std::ldexp(1.0, std::clamp(failures, 1, 60) - 1);
-  return std::min(grown, range.max_s);
+double cooldown_seconds(const CooldownRange& range, int failures, std::mt19937_64& rng) {
+  const double low =
+      std::min(range.min_s * std::ldexp(1.0, std::clamp(failures, 1, 60) - 1), range.max_s);
+  const double high = std::min(2 * low, range.max_s);
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  return std::min(low + u * (high - low), range.max_s);
 }
 
 double Blacklist::add(const std::string& host, double now_s) {
@@ -74,7 +77,7 @@ double Blacklist::add(const std::string& host, double now_s) {
     e.forever = true;
     return -1;
   }
-  const double s = cooldown_seconds(*cooldown_, e.failures);
+  const double s = cooldown_seconds(*cooldown_, e.failures, rng_);
   e.until_s = now_s + s;
   return s;
 }

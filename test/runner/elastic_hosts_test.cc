@@ -3,7 +3,10 @@
 // generation's hosts and np, host changes, and the elastic flags of the command line.
 #include "hvd/runner/elastic_hosts.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <random>
+#include <set>
 
 #include "hvd/runner/cli.h"
 #include "usage_error.h"
@@ -35,22 +38,52 @@ TEST_CASE("bad discovery output is rejected naming the line", "[unit]") {
   CHECK_THAT(parse_discovery_output(":3", 1).error, Catch::Contains("not a host name"));
 }
 
-TEST_CASE("a blacklisted host's cooldown doubles from MIN up to MAX", "[unit]") {
+TEST_CASE("a blacklisted host's cooldown is random within MIN..MAX, backing off per failure",
+          "[unit]") {
   CooldownRange r{10, 50};
-  CHECK(cooldown_seconds(r, 1) == 10);
-  CHECK(cooldown_seconds(r, 2) == 20);
-  CHECK(cooldown_seconds(r, 3) == 40);
-  CHECK(cooldown_seconds(r, 4) == 50);
-  CHECK(cooldown_seconds(r, 1000) == 50);
-  Blacklist b(r);
-  CHECK(b.add("a", 100) == 10);
-  CHECK(b.blocked("a", 109.9));
-  CHECK_FALSE(b.blocked("a", 110));
-  CHECK(b.add("a", 200) == 20);
-  CHECK(b.blocked("a", 219));
-  CHECK_FALSE(b.blocked("a", 220.5));
-  CHECK(b.failures("a") == 2);
-  CHECK_FALSE(b.blocked("b", 0));
+  std::mt19937_64 rng(12345);
+  // Per failure count: the draws stay within [b, min(2 b, MAX)], b = MIN * 2^(n-1) capped.
+  const double low[] = {10, 20, 40, 50, 50};
+  const double high[] = {20, 40, 50, 50, 50};
+  double mean_prev = 0;
+  for (int n = 1; n <= 5; ++n) {
+    std::set<double> seen;
+    double lo = 1e9, hi = -1, sum = 0;
+    for (int i = 0; i < 200; ++i) {
+      const double s = cooldown_seconds(r, n, rng);
+      seen.insert(s);
+      lo = std::min(lo, s);
+      hi = std::max(hi, s);
+      sum += s;
+    }
+    INFO("failure " << n << ": draws in [" << lo << ", " << hi << "]");
+    CHECK(lo >= low[n - 1]);
+    CHECK(hi <= high[n - 1]);
+    CHECK(lo >= r.min_s);
+    CHECK(hi <= r.max_s);
+    if (n < 3) {
+      CHECK(seen.size() > 100);                           // random, not one value
+      CHECK(hi - lo > 0.8 * (high[n - 1] - low[n - 1]));  // spread over the interval
+    }
+    CHECK(sum / 200 >= mean_prev);  // the backoff grows with repeated failures
+    mean_prev = sum / 200;
+  }
+  CHECK(cooldown_seconds(r, 1000, rng) == 50);  // capped at MAX
+  CHECK(cooldown_seconds(CooldownRange{3, 3}, 1, rng) == 3);
+  // The same seed gives the same cooldowns; the Blacklist keeps a host out for what it drew.
+  std::mt19937_64 a(7), b(7);
+  CHECK(cooldown_seconds(r, 2, a) == cooldown_seconds(r, 2, b));
+  Blacklist bl(r, 99);
+  const double c1 = bl.add("a", 100);
+  CHECK((c1 >= 10 && c1 <= 20));
+  CHECK(bl.blocked("a", 100 + c1 - 0.01));
+  CHECK_FALSE(bl.blocked("a", 100 + c1));
+  const double c2 = bl.add("a", 200);
+  CHECK((c2 >= 20 && c2 <= 40));
+  CHECK(bl.blocked("a", 200 + c2 - 0.01));
+  CHECK_FALSE(bl.blocked("a", 200 + c2 + 0.01));
+  CHECK(bl.failures("a") == 2);
+  CHECK_FALSE(bl.blocked("b", 0));
 }
 
 TEST_CASE("without a cooldown range a blacklisted host never returns", "[unit]") {

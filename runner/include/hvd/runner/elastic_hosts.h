@@ -4,14 +4,17 @@
 //
 // The host source is the discovery script (--host-discovery-script, polled every second), else
 // -H/--hostfile, else the Slurm allocation, else this machine. A host whose rank failed is
-// blacklisted: for good, or with --blacklist-cooldown-range MIN MAX for a cooldown that starts
-// at MIN seconds and doubles with each further failure of that host, up to MAX. A generation
+// blacklisted: for good, or with --blacklist-cooldown-range MIN MAX for a cooldown drawn at
+// random within the range, with a backoff on each further failure of that host (cooldown_seconds).
+// A generation
 // starts on the hosts not blacklisted once they offer at least --min-np slots, with
 // np = min(--max-np, slots).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,15 +41,20 @@ struct CooldownRange {
   double max_s = 0;
 };
 
-// The cooldown after a host's `failures`-th failure (1, 2, ...): min_s * 2^(failures-1), at
-// most max_s.
-double cooldown_seconds(const CooldownRange& range, int failures);
+// The cooldown after a host's `failures`-th failure (1, 2, ...), drawn uniformly from `rng`
+// within [b, min(2 b, max_s)] where b = min(min_s * 2^(failures-1), max_s): always within
+// [min_s, max_s], the lower bound doubling with each failure until it reaches max_s (then
+// max_s). Random so that hosts that failed together do not all return at the same moment.
+double cooldown_seconds(const CooldownRange& range, int failures, std::mt19937_64& rng);
 
 // Hosts that failed, and until when they stay out. Times are seconds on any steady clock.
 class Blacklist {
  public:
-  // Without a cooldown range a blacklisted host never returns.
-  explicit Blacklist(std::optional<CooldownRange> cooldown = std::nullopt) : cooldown_(cooldown) {}
+  // Without a cooldown range a blacklisted host never returns. `seed` seeds the cooldowns'
+  // random draws.
+  explicit Blacklist(std::optional<CooldownRange> cooldown = std::nullopt,
+                     std::uint64_t seed = std::random_device{}())
+      : cooldown_(cooldown), rng_(seed) {}
 
   // Records a failure of `host` at `now_s`; returns its cooldown in seconds (-1 = forever).
   double add(const std::string& host, double now_s);
@@ -64,6 +72,7 @@ class Blacklist {
     bool forever = false;
   };
   std::optional<CooldownRange> cooldown_;
+  std::mt19937_64 rng_;
   std::map<std::string, Entry> entries_;
 };
 
