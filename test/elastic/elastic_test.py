@@ -24,9 +24,10 @@ import sys
 import tempfile
 import time
 
+from elastic_log import check, events, failures
+
 HVDRUN, PYTHON, NP = sys.argv[1], sys.argv[2], int(sys.argv[3])
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_elastic.py")
-failures = []
 
 
 MY_DIRS = set()  # the state directories of this test's jobs (hvdrun --verbose names them)
@@ -47,24 +48,6 @@ def run(tmp, name, *extra, hvdrun_args=()):
     log = open(out + ".log").read() if os.path.exists(out + ".log") else ""
     result = open(out).read() if os.path.exists(out) else None
     return p, result, log
-
-
-def check(cond, what, p=None, log=""):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}")
-        if p is not None:
-            print(p.stdout[-3000:], p.stderr[-3000:], log, sep="\n")
-
-
-def events(log, word):
-    """[(time, "genG rankR", text)] of the lines holding `word`, in time order."""
-    out = []
-    for line in log.splitlines():
-        if word in line:
-            t, g, r, text = line.split(" ", 3)
-            out.append((float(t), g + " " + r, text))
-    return sorted(out)
 
 
 def generations(log):

@@ -19,8 +19,13 @@ test/elastic/elastic_test.py asks for in generation 0 (--fail MODE, --fail-step,
 collectives for S seconds without a commit. --step-sleep S: sleep S seconds per step.
 --log-batches: rank 0 logs every step's batches of all ranks (elastic_hosts_test.py replays them).
 
-Linear regression, SGD with momentum, ElasticSampler over 64 samples, 4 per rank per batch,
-commit every --commit-every batches and at each epoch's end. Every step allgathers the batch's
+--model linear (the default): linear regression (5 parameters, float64), SGD with momentum,
+ElasticSampler over 64 samples, 4 per rank per batch. --model cnn (bench/elastic_bench.sh): a
+small CNN (two 3x3 conv layers with ReLU and 2x2 max-pooling, then a linear layer: 9.1k
+parameters, float32) classifying --samples synthetic 1x28x28 images into 10 classes, --batch
+per rank per batch, cross-entropy loss, one torch thread per rank. Commit every --commit-every
+batches and at each epoch's end; --time-steps: rank 0 logs each step's time (without the
+commit) as `step S took MS ms`. Every step allgathers the batch's
 sample indices into the state (`seen`), and each epoch's end checks that the committed steps
 covered every sample exactly once. Rank 0 writes the step count, the final parameters (float64
 hex) and then the coverage, and every rank its events with their times, to --out.log."""
@@ -56,6 +61,10 @@ p.add_argument("--long-step", type=float, default=0)
 p.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step (slow jobs)")
 p.add_argument("--log-batches", action="store_true",
                help="rank 0 logs every step's batches of all ranks (for a replay)")
+p.add_argument("--model", default="linear", choices=["linear", "cnn"])
+p.add_argument("--samples", type=int, default=256, help="--model cnn: samples per epoch")
+p.add_argument("--batch", type=int, default=32, help="--model cnn: samples per rank per batch")
+p.add_argument("--time-steps", action="store_true", help="rank 0 logs each step's time")
 args = p.parse_args()
 
 hvd.init()
@@ -94,19 +103,33 @@ if failing and args.fail == "kill-commit" and rank == args.fail_rank:
             with open(os.path.join(directory, "snapshot.tmp.%d" % os.getpid()), "wb") as f:
                 f.write(b"HVDSNAP1" + payload[:len(payload) // 2])
                 f.flush()
-            event(f"failing (kill-commit) in commit {commit_id}")
+            event(f"failing (kill-commit) in commit {commit_id} at step {state.step}")
             os.kill(os.getpid(), signal.SIGKILL)
         real_write(directory, commit_id, world_size, payload)
 
     common_elastic.write_snapshot = torn_write
 
 torch.manual_seed(0)
-N, BATCH = 64, 4
-X = torch.randn(N, 4, dtype=torch.float64)
-Y = X @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]], dtype=torch.float64) + 0.1
+if args.model == "linear":
+    N, BATCH = 64, 4
+    X = torch.randn(N, 4, dtype=torch.float64)
+    Y = X @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]], dtype=torch.float64) + 0.1
+    model = torch.nn.Linear(4, 1).double()
+
+    def loss_fn(out, y):
+        return ((out - y) ** 2).mean()
+else:
+    torch.set_num_threads(1)
+    N, BATCH = args.samples, args.batch
+    X = torch.randn(N, 1, 28, 28)
+    Y = torch.randint(0, 10, (N,))
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(16 * 7 * 7, 10))
+    loss_fn = nn.functional.cross_entropy
 dataset = list(range(N))
 
-model = torch.nn.Linear(4, 1).double()
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9),
                                named_parameters=model.named_parameters())
 sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=1)
@@ -159,8 +182,9 @@ def train(state):
                           f"{every}")
             if args.step_sleep:
                 time.sleep(args.step_sleep)
+            t_step = time.perf_counter()
             opt.zero_grad()
-            loss = ((model(X[idx]) - Y[idx]) ** 2).mean()
+            loss = loss_fn(model(X[idx]), Y[idx])
             loss.backward()
             if fail and args.fail == "kill-allreduce":
                 fail_now()
@@ -171,6 +195,8 @@ def train(state):
                 event(f"first step done (step {state.step})")
                 first = False
             sampler.record_batch(b, BATCH)
+            if args.time_steps and rank == 0:
+                event(f"step {state.step} took {1e3 * (time.perf_counter() - t_step):.3f} ms")
             if state.step % args.commit_every == 0:
                 t = time.perf_counter()
                 state.commit()

@@ -10,8 +10,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "elastic"))
+from elastic_log import check, events, failures  # noqa: E402 (test/elastic/elastic_log.py)
+
 HVDRUN, PROGRAM, NP = sys.argv[1], sys.argv[2], int(sys.argv[3])
-failures = []
 
 
 def run(tmp, name, *extra):
@@ -21,23 +23,6 @@ def run(tmp, name, *extra):
     log = open(out + ".log").read() if os.path.exists(out + ".log") else ""
     result = open(out).read() if os.path.exists(out) else None
     return p, result, log
-
-
-def check(cond, what, p=None, log=""):
-    print(("ok: " if cond else "FAIL: ") + what)
-    if not cond:
-        failures.append(what)
-        if p is not None:
-            print(p.stdout[-3000:], p.stderr[-3000:], log, sep="\n")
-
-
-def events(log, word):
-    out = []
-    for line in log.splitlines():
-        if word in line:
-            t, g, r, text = line.split(" ", 3)
-            out.append((float(t), g + " " + r, text))
-    return sorted(out)
 
 
 with tempfile.TemporaryDirectory() as tmp:
