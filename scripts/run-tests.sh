@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Every test tier of the release build, then core + MPI tests under ASan+UBSan, the [local]
-# tier under TSan, and the lint checks. Called by `make test`.
+# Every test tier of the release build, then core + MPI tests, hvdrun's unit tests and a short
+# elastic job under ASan+UBSan, the [local] tier under TSan, and the lint checks. Called by
+# `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -29,12 +30,18 @@ if [[ "${HVD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   cmake --build build-asan -j "$JOBS" --target hvd_unit_tests hvd_local_tests hvd_mpi_tests \
     hvd_shutdown_race_test \
     hvd_lifecycle_test hvd_dead_rank_test hvd_device_select_test hvd_stall_test \
-    hvd_stall_shutdown_test hvd_fault_test hvd_soak_test hvd_timeline_probe hvd_timeline_signal_test
+    hvd_stall_shutdown_test hvd_fault_test hvd_soak_test hvd_timeline_probe hvd_timeline_signal_test \
+    hvdrun hvd_runner_unit_tests hvd_elastic_store_job
   # Open MPI itself leaks at exit: leak checking is off; memory errors and UB still abort. The
-  # soak runs at its small size here (label soak_small); libtorch and hvdrun are not built.
-  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -L 'unit|local|mpi|soak_small' \
-    -E 'runner|fault.broadcast_parameters|fault.hvdrun' || fail=1
+  # soak runs at its small size here (label soak_small); libtorch is not built. hvdrun is, for
+  # hvdrun's [unit] tests (runner.unit: parsing, planning, the elastic host and watchdog logic)
+  # and one libtorch-free elastic job with a rank SIGKILLed (elastic.store_job.np2: hvdrun's
+  # elastic supervisor and rank wrappers, the snapshot store and resume protocol).
+  export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+  ctest --test-dir build-asan --output-on-failure -L 'unit|local|mpi|soak_small' \
+    -E 'runner\.mpi|fault.broadcast_parameters|fault.hvdrun' || fail=1
+  ctest --test-dir build-asan --output-on-failure -R '^elastic\.store_job\.np2$' || fail=1
+  unset ASAN_OPTIONS UBSAN_OPTIONS
 
   step "TSan: local, and the soak at its small size"
   cmake --preset tsan >/dev/null
