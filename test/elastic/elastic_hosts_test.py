@@ -28,7 +28,8 @@ import sys
 import tempfile
 import time
 
-from replay import check_replay, events  # noqa: I100 (this directory)
+from elastic_log import parse as events  # noqa: I100 (this directory)
+from replay import check_replay  # noqa: I100
 
 HVDRUN, PYTHON, SCENARIO = sys.argv[1], sys.argv[2], sys.argv[3]
 HERE = os.path.dirname(os.path.abspath(__file__))

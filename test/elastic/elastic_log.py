@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the elastic tests share: check() records a failed expectation (with the job's output and
-log), events() reads the event lines that the training programs (train_elastic.py,
+log), parse() and events() read the event lines that the training programs (train_elastic.py,
 test/torch/elastic_train.cc) append to their --out.log, one `TIME genG rankR TEXT` a line."""
+
+import re
 
 failures = []  # the failed checks' descriptions, in order
 
@@ -16,11 +18,16 @@ def check(cond, what, p=None, log=""):
             print(p.stdout[-3000:], p.stderr[-3000:], log, sep="\n")
 
 
-def events(log, word):
-    """[(time, "genG rankR", text)] of the lines holding `word`, in time order."""
+def parse(log):
+    """[(time, gen, rank, text)] of every event line, in time order."""
     out = []
     for line in log.splitlines():
-        if word in line:
-            t, g, r, text = line.split(" ", 3)
-            out.append((float(t), g + " " + r, text))
+        m = re.match(r"(\S+) gen(\d+) rank(\d+) (.*)", line)
+        if m:
+            out.append((float(m[1]), int(m[2]), int(m[3]), m[4]))
     return sorted(out)
+
+
+def events(log, word):
+    """[(time, "genG rankR", text)] of the events whose text holds `word`, in time order."""
+    return [(t, f"gen{g} rank{r}", text) for t, g, r, text in parse(log) if word in text]

@@ -14,17 +14,9 @@ import sys
 
 import torch
 
+from elastic_log import parse  # noqa: I100 (this directory)
+
 N, EPOCHS = 64, 2
-
-
-def events(log):
-    """[(time, gen, rank, text)] of every event line, in time order."""
-    out = []
-    for line in log.splitlines():
-        m = re.match(r"(\S+) gen(\d+) rank(\d+) (.*)", line)
-        if m:
-            out.append((float(m[1]), int(m[2]), int(m[3]), m[4]))
-    return sorted(out)
 
 
 def replay(evs, model_seed=None):
@@ -93,7 +85,7 @@ def check_replay(out, max_np, check, model_seed=None, detail=""):
         got = open(out).read().split("\n")[:3]
     except FileNotFoundError:
         got = None
-    evs = events(log)
+    evs = parse(log)
     ref, seen, steps = replay(evs, model_seed)
     check(steps == list(range(1, len(steps) + 1)), "the committed steps follow each other")
     check(close(got, ref), "the final parameters equal the failure-free replay of the committed "
