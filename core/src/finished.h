@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -19,10 +20,16 @@ class Finished {
   explicit Finished(size_t expected) { items_.reserve(expected); }
   void add(std::shared_ptr<HandleState> h, Status s,
            std::shared_ptr<Completion> pending = nullptr) {
-    items_.push_back({std::move(h), std::move(s), std::move(pending)});
+    items_.push_back({std::move(h), std::move(s), std::move(pending), nullptr, false});
   }
+  // Every handle is settled before the first is woken (HandleState::settle).
   void complete() {
-    for (auto& i : items_) i.handle->complete_after(std::move(i.status), std::move(i.pending));
+    for (auto& i : items_) {
+      i.settled = i.handle->settle(std::move(i.status), std::move(i.pending), &i.callback);
+    }
+    for (auto& i : items_) {
+      if (i.settled) i.handle->wake(i.callback);
+    }
     items_.clear();
   }
 
@@ -31,6 +38,8 @@ class Finished {
     std::shared_ptr<HandleState> handle;
     Status status;
     std::shared_ptr<Completion> pending;
+    std::function<void(const Status&)> callback;
+    bool settled = false;
   };
   std::vector<Item> items_;
 };

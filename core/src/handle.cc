@@ -249,13 +249,28 @@ bool HandleState::released() {
 }
 
 void HandleState::complete_after(Status s, std::shared_ptr<Completion> pending) {
+  std::function<void(const Status&)> cb;
+  if (!settle(std::move(s), std::move(pending), &cb)) return;
+  wake(cb);
+}
+
+bool HandleState::settle(Status s, std::shared_ptr<Completion> pending,
+                         std::function<void(const Status&)>* cb) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (done.load()) return false;
   if (pending) {
-    std::lock_guard<std::mutex> lk(mu);
-    if (done.load()) return;
     device.push_back(std::move(pending));
     device_done.store(false, std::memory_order_relaxed);
   }
-  complete(std::move(s));
+  status = std::move(s);
+  done.store(true, std::memory_order_release);
+  *cb = std::move(callback_);
+  return true;
+}
+
+void HandleState::wake(const std::function<void(const Status&)>& cb) {
+  cv.notify_all();
+  if (cb) cb(status);  // written before done was set; never changes after
 }
 
 bool HandleState::device_settled() {
@@ -271,18 +286,7 @@ bool HandleState::device_settled() {
   return true;
 }
 
-void HandleState::complete(Status s) {
-  std::function<void(const Status&)> cb;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (done.load()) return;
-    status = std::move(s);
-    done.store(true, std::memory_order_release);
-    cb = std::move(callback_);
-  }
-  cv.notify_all();
-  if (cb) cb(status);
-}
+void HandleState::complete(Status s) { complete_after(std::move(s), nullptr); }
 
 void HandleState::then(std::function<void(const Status&)> cb) {
   std::unique_lock<std::mutex> lk(mu);

@@ -106,6 +106,13 @@ struct HandleState {
   void then(std::function<void(const Status&)> cb);
   /// Completes once `device` also finishes: `pending` is added to `device` first (null: none).
   void complete_after(Status s, std::shared_ptr<Completion> pending);
+  /// complete_after() in two steps, for completing a batch: settle() sets the result (false:
+  /// completed before, nothing done) and hands out the callback, wake() wakes the waiters and
+  /// runs it. Settling a whole batch before waking any handle lets a thread that waits for the
+  /// handles in turn sleep once, not once per handle while the batch is being completed.
+  bool settle(Status s, std::shared_ptr<Completion> pending,
+              std::function<void(const Status&)>* cb);
+  void wake(const std::function<void(const Status&)>& cb);
   /// True once the device work (if any) finished. Never blocks.
   bool device_settled();
   /// The final status: `status`, else the device work's (call once done and device_settled()).
