@@ -181,6 +181,7 @@ def test_resume_takes_the_newest_commit_from_the_lowest_rank_holding_it(shared_d
     # holders of 5 hold different bytes so that the test sees which one was broadcast.
     ids = {0: 3, 1: 5, 3: 5}
     mine = os.path.join(shared_dir, f"host{hvd.rank()}")
+    os.makedirs(mine, exist_ok=True)  # as hvdrun's rank wrapper does (commits never create it)
     if hvd.rank() in ids:
         snap.write_snapshot(mine, ids[hvd.rank()], hvd.size(),
                             committed_payload(hvd.rank(), steps=hvd.rank() + 1, batch=hvd.rank()))
@@ -276,6 +277,7 @@ def test_sampler_covers_every_sample_once_per_epoch_across_a_restart(monkeypatch
 def test_sampler_state_travels_in_the_snapshot_and_partitions_for_this_world(shared_dir,
                                                                               monkeypatch):
     n, batch = 37, 3
+    os.makedirs(os.path.join(shared_dir, "sampler"), exist_ok=True)  # the wrapper's job
     monkeypatch.setenv("HVD_ELASTIC_STATE_DIR", os.path.join(shared_dir, "sampler"))
     sampler = hvd.elastic.ElasticSampler(list(range(n)), seed=3)
     state = hvd.elastic.TorchState(sampler=sampler, epoch=0)

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -95,7 +96,7 @@ TEST_CASE("a damaged, truncated or foreign snapshot decodes as none", "[unit]") 
 
 TEST_CASE("write_snapshot replaces the host's file atomically and read_snapshot reads it",
           "[unit]") {
-  const std::string dir = temp_dir() + "/state";  // created by the first write
+  const std::string dir = temp_dir();  // the wrapper creates it (write_snapshot never does)
   CHECK_FALSE(read_snapshot(dir));
   REQUIRE(write_snapshot(dir, {1, 2, "first"}).ok());
   REQUIRE(write_snapshot(dir, {2, 2, std::string(1 << 20, 'q')}).ok());
@@ -117,6 +118,18 @@ TEST_CASE("write_snapshot replaces the host's file atomically and read_snapshot 
   bytes[40] ^= 1;
   spit(snapshot_path(dir), bytes);
   CHECK_FALSE(read_snapshot(dir));
+}
+
+TEST_CASE("write_snapshot never creates the state directory", "[unit]") {
+  // The wrapper removed the job's directory (hvdrun lost) while its rank was committing: the
+  // commit fails instead of bringing the directory back as a leftover in /dev/shm.
+  const std::string dir = temp_dir() + "/hvd-elastic-removed";
+  const hvd::Status st = write_snapshot(dir, {1, 1, "p"});
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("'" + dir + "' does not exist"));
+  struct stat sb;
+  CHECK(::stat(dir.c_str(), &sb) != 0);
+  CHECK(errno == ENOENT);
 }
 
 TEST_CASE("write_snapshot into an impossible directory fails naming the path", "[unit]") {

@@ -119,7 +119,6 @@ std::optional<Snapshot> decode_snapshot(std::string_view bytes) {
 std::string snapshot_path(const std::string& dir) { return dir + "/" + kFileName; }
 
 Status write_snapshot(const std::string& dir, const Snapshot& s) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return io_error("create", dir);
   const std::string final_path = snapshot_path(dir);
   const std::string tmp = final_path + ".tmp." + std::to_string(::getpid());
   // Header and payload written separately: no copy of a large payload.
@@ -128,6 +127,11 @@ Status write_snapshot(const std::string& dir, const Snapshot& s) {
   put_le(&header, s.payload.size(), 8);
   put_le(&header, crc32(s.payload), 4);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == ENOENT) {
+    return internal_error("hvd.elastic: the state directory '" + dir +
+                          "' does not exist (hvdrun's rank wrapper creates it, and removes it when "
+                          "hvdrun is lost); the snapshot is not written");
+  }
   if (fd < 0) return io_error("create", tmp);
   Status st = write_all(fd, header.data(), header.size(), tmp);
   if (st.ok()) st = write_all(fd, s.payload.data(), s.payload.size(), tmp);

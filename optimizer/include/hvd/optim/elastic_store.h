@@ -47,7 +47,9 @@ std::optional<Snapshot> decode_snapshot(std::string_view bytes);
 
 /// `<dir>/snapshot`.
 std::string snapshot_path(const std::string& dir);
-/// Replaces the host's snapshot atomically (creates `dir` if needed). Errors name the path.
+/// Replaces the host's snapshot atomically. `dir` must exist: it is never created here (hvdrun's
+/// rank wrapper creates it, and removes it when hvdrun is lost; a rank committing at that moment
+/// must not bring it back as a leftover in host memory). Errors name the path.
 [[nodiscard]] Status write_snapshot(const std::string& dir, const Snapshot& s);
 /// The host's snapshot; nullopt when there is none or it is not whole.
 std::optional<Snapshot> read_snapshot(const std::string& dir);
