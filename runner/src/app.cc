@@ -145,6 +145,8 @@ int launch_elastic(const Options& o, const std::optional<SlurmAllocation>& alloc
   job.token = random_token();
   char grace[32];
   std::snprintf(grace, sizeof grace, "%g", o.grace_period_s);
+  char heartbeat[32];
+  std::snprintf(heartbeat, sizeof heartbeat, "%g", o.heartbeat_timeout_s);
   job.grace = grace;
   job.environ_entries = environ_entries();
   boost::asio::io_context io;
@@ -199,6 +201,8 @@ int launch(const Options& o) {
   }
   char grace[32];
   std::snprintf(grace, sizeof grace, "%g", o.grace_period_s);
+  char heartbeat[32];
+  std::snprintf(heartbeat, sizeof heartbeat, "%g", o.heartbeat_timeout_s);
 
   if (o.dry_run) {
     print_plan(used, all_local);
@@ -212,6 +216,8 @@ int launch(const Options& o) {
                     all_local ? "127.0.0.1:<port>" : "<master>:<port>",
                     "<token>",
                     grace,
+                    "0",
+                    heartbeat,
                     "--"};
     std::cout << shell_join(build_mpirun_command(spec)) << "\n";
     return kExitOk;
@@ -230,7 +236,7 @@ int launch(const Options& o) {
   nccl_names = net.nccl_names;
   const std::string connect = wrapper_connect_list(net.wrapper_addresses, server.port());
   spec.env = forwarded_env(o, env_entries, nccl_names);
-  spec.wrapper = {self, "--rank-wrapper", connect, token, grace, "--"};
+  spec.wrapper = {self, "--rank-wrapper", connect, token, grace, "0", heartbeat, "--"};
   SuperviseConfig sc;
   sc.mpirun_argv = build_mpirun_command(spec);
   sc.np = np;

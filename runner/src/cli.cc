@@ -52,6 +52,10 @@ void build_app(CLI::App& app, Options& o) {
                  "Seconds each host's preflight may take (default 30)");
   app.add_option("--grace-period", o.grace_period_s,
                  "Seconds between TERM and KILL when stopping the job (default 5)");
+  app.add_option("--heartbeat-timeout", o.heartbeat_timeout_s,
+                 "Seconds a rank's wrapper waits without hearing from hvdrun (it pings every "
+                 "second) before it stops the rank as if hvdrun had died, e.g. hvdrun's host "
+                 "frozen or cut off (default 30; 0 = off)");
   app.add_option("--output-filename", o.output_dir,
                  "Directory for per-rank stdout/stderr files instead of the terminal "
                  "(DIR/1/rank.N/{stdout,stderr}, written on the rank's host)");
@@ -178,6 +182,9 @@ void validate(Options& o, bool np_optional) {
   }
   if (!(o.start_timeout_s > 0)) {
     throw UsageError("--start-timeout must be a positive number of seconds (e.g. 30)");
+  }
+  if (!(o.heartbeat_timeout_s == 0 || o.heartbeat_timeout_s >= 2)) {
+    throw UsageError("--heartbeat-timeout must be 0 (off) or at least 2 seconds (e.g. 30)");
   }
   if (!(o.grace_period_s >= 0)) {
     throw UsageError("--grace-period must be zero or more seconds (e.g. 5)");

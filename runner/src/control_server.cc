@@ -30,6 +30,8 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
     socket_.close(ignored);
   }
 
+  int generation() const { return generation_; }
+
  private:
   void read_line() {
     auto self = shared_from_this();
@@ -59,19 +61,27 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
         send(format_message({MessageKind::kOk, m->token, "", -1, 0}));
         return true;  // the agent closes
       case MessageKind::kHello:
+        if (wrapper_) return false;  // one HELLO per connection
         rank_ = m->rank;
         host_ = m->host;
+        generation_ = m->generation;
         wrapper_ = true;
+        if (!current()) {  // a leftover of a stopped generation's mpirun: stop it, ignore it
+          server_.stale_[id_] = shared_from_this();
+          send(format_message({MessageKind::kKill, "", "", -1, 0}));
+          return true;
+        }
         server_.sessions_[id_] = shared_from_this();
         if (h.on_hello) h.on_hello(*m);
         return true;
       case MessageKind::kBeat:
-        if (h.on_beat) h.on_beat(*m);
+        if (wrapper_ && current() && h.on_beat) h.on_beat(*m);
         return true;
       case MessageKind::kDone:
-        if (h.on_done) h.on_done(*m);
+        if (wrapper_ && current() && h.on_done) h.on_done(*m);
         return true;
       case MessageKind::kExit:
+        if (!wrapper_ || !current()) return true;
         exited_ = true;
         if (h.on_exit) h.on_exit(*m);
         return true;
@@ -85,9 +95,12 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
     if (!wrapper_) return;
     wrapper_ = false;
     auto keep = shared_from_this();
-    server_.sessions_.erase(id_);
+    server_.stale_.erase(id_);
+    if (server_.sessions_.erase(id_) == 0 || !current()) return;
     if (server_.handlers_.on_close) server_.handlers_.on_close(rank_, host_, exited_);
   }
+
+  bool current() const { return generation_ == server_.generation_; }
 
   ControlServer& server_;
   int id_;
@@ -95,12 +108,13 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
   asio::streambuf buf_;
   int rank_ = -1;
   std::string host_;
+  int generation_ = 0;
   bool wrapper_ = false;
   bool exited_ = false;
 };
 
 ControlServer::ControlServer(asio::io_context& io, std::string token)
-    : token_(std::move(token)), acceptor_(io) {}
+    : token_(std::move(token)), acceptor_(io), ping_timer_(io) {}
 
 ControlServer::~ControlServer() { stop(); }
 
@@ -112,6 +126,30 @@ void ControlServer::start() {
   acceptor_.listen(1024);
   port_ = acceptor_.local_endpoint().port();
   accept();
+  ping();
+}
+
+void ControlServer::ping() {
+  ping_timer_.expires_after(std::chrono::seconds(1));
+  ping_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || !acceptor_.is_open()) return;
+    const std::string line = format_message({MessageKind::kPing, "", "", -1, 0});
+    for (auto& [id, s] : sessions_) s->send(line);
+    for (auto& [id, s] : stale_) s->send(line);
+    ping();
+  });
+}
+
+void ControlServer::set_generation(int generation) {
+  generation_ = generation;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second->generation() != generation) {
+      stale_[it->first] = it->second;
+      it = sessions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void ControlServer::accept() {
@@ -136,8 +174,11 @@ void ControlServer::broadcast(const Message& m) {
 void ControlServer::stop() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  ping_timer_.cancel();
   auto sessions = sessions_;
   for (auto& [id, s] : sessions) s->close();
+  auto stale = stale_;
+  for (auto& [id, s] : stale) s->close();
 }
 
 }  // namespace hvd::runner

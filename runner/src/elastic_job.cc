@@ -188,9 +188,16 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     spec.env = forwarded_env(o, job.environ_entries, net.nccl_names);
     for (auto& e : elastic_env(dir, generation)) spec.env.push_back(e);
     spec.elastic = true;
-    spec.wrapper = {
-        job.self,  "--rank-wrapper", wrapper_connect_list(net.wrapper_addresses, server.port()),
-        job.token, job.grace,        "--"};
+    char heartbeat[32];
+    std::snprintf(heartbeat, sizeof heartbeat, "%g", o.heartbeat_timeout_s);
+    spec.wrapper = {job.self,
+                    "--rank-wrapper",
+                    wrapper_connect_list(net.wrapper_addresses, server.port()),
+                    job.token,
+                    job.grace,
+                    std::to_string(generation),
+                    heartbeat,
+                    "--"};
     SuperviseConfig sc;
     sc.mpirun_argv = build_mpirun_command(spec);
     sc.np = plan.np;
@@ -231,6 +238,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     };
     arm();
     GenerationOutcome outcome;
+    server.set_generation(generation);  // a leftover wrapper of an earlier one is ignored
     supervise(io, server, sc, &outcome);
     server.set_handlers({});  // supervise()'s handlers refer to its frame, gone now
     watch.cancel();

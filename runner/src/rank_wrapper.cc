@@ -2,7 +2,8 @@
 // `hvdrun --rank-wrapper`: what mpirun starts for each rank. It runs the program in its own
 // process group, reports HELLO/EXIT to the master and relays TERM/KILL (protocol in wire.h).
 // The program dies with the wrapper (PR_SET_PDEATHSIG), and the wrapper stops the program when
-// the master's connection drops, so neither a dead master nor a killed orted leaves it behind.
+// the master's connection drops or the master is silent (no PING) for the heartbeat timeout,
+// so neither a dead or frozen master nor a killed orted leaves it behind.
 // In elastic mode it also forwards the program's progress reports (HVD_ELASTIC_PROGRESS_FILE,
 // polled twice a second) to the master's step watchdog as BEAT lines (elastic_watchdog.h).
 #include <sys/prctl.h>
@@ -18,12 +19,14 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -100,13 +103,15 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 int run_rank_wrapper(const std::vector<std::string>& args) {
-  // args: --rank-wrapper ADDRS TOKEN GRACE -- program args...
-  if (args.size() < 6 || args[4] != "--") {
+  // args: --rank-wrapper ADDRS TOKEN GRACE GENERATION HEARTBEAT_TIMEOUT -- program args...
+  if (args.size() < 8 || args[6] != "--") {
     std::cerr << "hvdrun --rank-wrapper: internal usage error (started by hvdrun only)\n";
     return 2;
   }
   const std::string& token = args[2];
   const double grace = std::atof(args[3].c_str());
+  const int generation = std::atoi(args[4].c_str());
+  const double heartbeat_timeout = std::atof(args[5].c_str());  // 0 = off
   const int rank = env_rank();
   const std::string host = local_hostname();
   setenv("HVD_HOSTNAME", host.c_str(), 1);
@@ -119,16 +124,14 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   std::string error;
   if (!connect_master(io, socket, args[1], error)) {
     std::cerr << "hvdrun: rank " << rank << " on " << host << " cannot reach hvdrun at " << args[1]
-              << " (" << error << "); not starting " << args[5] << "\n";
+              << " (" << error << "); not starting " << args[7] << "\n";
     return 1;
   }
   boost::system::error_code ec;
   socket.set_option(tcp::no_delay(true), ec);
-  asio::write(socket,
-              asio::buffer(format_message({MessageKind::kHello, token, host, rank,
-                                           static_cast<int>(getpid())}) +
-                           "\n"),
-              ec);
+  Message hello{MessageKind::kHello, token, host, rank, static_cast<int>(getpid())};
+  hello.generation = generation;
+  asio::write(socket, asio::buffer(format_message(hello) + "\n"), ec);
 
   // Elastic mode: the program proves it completed (returned from @hvd.elastic.run) by writing
   // this file; the wrapper reports DONE before EXIT, so the master can tell an early exit 0.
@@ -151,7 +154,7 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   }
 
   std::vector<char*> argv;
-  for (size_t i = 5; i < args.size(); ++i) argv.push_back(const_cast<char*>(args[i].c_str()));
+  for (size_t i = 7; i < args.size(); ++i) argv.push_back(const_cast<char*>(args[i].c_str()));
   argv.push_back(nullptr);
   const pid_t parent = getpid();
   pid_t child = fork();
@@ -207,6 +210,8 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   wait_signal();
   asio::streambuf buf;
   bool master_lost = false;
+  using Clock = std::chrono::steady_clock;
+  auto last_heard = Clock::now();
   std::function<void()> read_master = [&] {
     asio::async_read_until(socket, buf, '\n', [&](boost::system::error_code e, std::size_t) {
       if (e) {  // the master is gone: nobody supervises this rank any more
@@ -214,6 +219,7 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
         stop(SIGTERM);
         return;
       }
+      last_heard = Clock::now();
       std::istream in(&buf);
       std::string line;
       std::getline(in, line);
@@ -227,6 +233,28 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
     });
   };
   read_master();
+
+  // The master pings every second; silence for the heartbeat timeout (a frozen or partitioned
+  // master whose connection stays open) counts as a dropped connection.
+  asio::steady_timer heartbeat_timer(io);
+  std::function<void()> watch_master = [&] {
+    heartbeat_timer.expires_after(std::chrono::milliseconds(250));
+    heartbeat_timer.async_wait([&](boost::system::error_code e) {
+      if (e) return;
+      const double silent = std::chrono::duration<double>(Clock::now() - last_heard).count();
+      if (silent > heartbeat_timeout) {
+        std::cerr << "hvdrun: rank " << rank << " on " << host << ": no word from hvdrun for "
+                  << static_cast<int>(silent) << " s (--heartbeat-timeout " << heartbeat_timeout
+                  << "); stopping the rank\n";
+        master_lost = true;
+        socket.close(ec);  // nothing more to or from a master taken for dead
+        stop(SIGTERM);
+        return;
+      }
+      watch_master();
+    });
+  };
+  if (heartbeat_timeout > 0) watch_master();
 
   // Lines to the master while the program runs (BEAT), written one at a time.
   std::string outbox;
@@ -266,6 +294,7 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   if (!progress.empty()) watch_progress();
   io.run();
   beat_timer.cancel();
+  heartbeat_timer.cancel();
   if (exit_code < 0) {  // io stopped without the child: should not happen; be safe
     ::kill(-child, SIGKILL);
     int status = 0;
@@ -283,9 +312,16 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
     ::unlink(progress.c_str());
     if (master_lost) {
       // hvdrun died (or this host lost it): no generation will follow, so the host's snapshot
-      // is garbage in host memory. Every wrapper of the host tries; errors mean another did.
-      std::error_code ignored;
-      std::filesystem::remove_all(std::getenv("HVD_ELASTIC_STATE_DIR"), ignored);
+      // is garbage in host memory. Every wrapper of the host tries; a failed rename means
+      // another did. Renamed away first: a rank of the host still committing (another
+      // wrapper's, or a straggler of this program's group) then finds no directory (commits
+      // never create it) and cannot add a file while it is being deleted.
+      const std::string dir = std::getenv("HVD_ELASTIC_STATE_DIR");
+      const std::string gone = dir + ".removed." + std::to_string(getpid());
+      if (std::rename(dir.c_str(), gone.c_str()) == 0) {
+        std::error_code ignored;
+        std::filesystem::remove_all(gone, ignored);
+      }
     }
   }
   asio::write(

@@ -32,7 +32,7 @@ std::string format_message(const Message& m) {
       return "OK " + m.token;
     case MessageKind::kHello:
       return "HELLO " + m.token + " " + std::to_string(m.rank) + " " + m.host + " " +
-             std::to_string(m.value);
+             std::to_string(m.value) + " " + std::to_string(m.generation);
     case MessageKind::kBeat:
       return "BEAT " + m.token + " " + std::to_string(m.rank) + " " + m.host + " " +
              std::to_string(m.value);
@@ -45,6 +45,8 @@ std::string format_message(const Message& m) {
       return "TERM";
     case MessageKind::kKill:
       return "KILL";
+    case MessageKind::kPing:
+      return "PING";
     case MessageKind::kHosts:
       return "HOSTS " + std::to_string(m.rank) + " " + std::to_string(m.value);
   }
@@ -61,6 +63,16 @@ std::optional<Message> parse_message(const std::string& line) {
     m.kind = MessageKind::kTerm;
   } else if (w[0] == "KILL" && w.size() == 1) {
     m.kind = MessageKind::kKill;
+  } else if (w[0] == "PING" && w.size() == 1) {
+    m.kind = MessageKind::kPing;
+  } else if (w[0] == "HELLO" && w.size() == 6) {
+    m.kind = MessageKind::kHello;
+    m.token = w[1];
+    m.host = w[3];
+    if (!to_int(w[2], m.rank) || !to_int(w[4], m.value) || !to_int(w[5], m.generation) ||
+        m.rank < 0 || m.generation < 0) {
+      return std::nullopt;
+    }
   } else if (w[0] == "HOSTS" && w.size() == 3) {
     m.kind = MessageKind::kHosts;
     if (!to_int(w[1], m.rank) || !to_int(w[2], m.value) || m.rank < 1) return std::nullopt;
@@ -76,10 +88,8 @@ std::optional<Message> parse_message(const std::string& line) {
     m.token = w[1];
     m.host = w[3];
     if (!to_int(w[2], m.rank) || m.rank < 0) return std::nullopt;
-  } else if ((w[0] == "HELLO" || w[0] == "BEAT" || w[0] == "EXIT") && w.size() == 5) {
-    m.kind = w[0] == "HELLO"  ? MessageKind::kHello
-             : w[0] == "BEAT" ? MessageKind::kBeat
-                              : MessageKind::kExit;
+  } else if ((w[0] == "BEAT" || w[0] == "EXIT") && w.size() == 5) {
+    m.kind = w[0] == "BEAT" ? MessageKind::kBeat : MessageKind::kExit;
     m.token = w[1];
     m.host = w[3];
     if (!to_int(w[2], m.rank) || !to_int(w[4], m.value) || m.rank < 0) return std::nullopt;

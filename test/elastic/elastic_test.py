@@ -5,6 +5,8 @@ exception raised in one rank, a rank exiting 0 early, a rank SIGSTOPped (the ste
 after a long step whose collectives must not trip it), a kill during a commit (no torn
 snapshot), a kill during the restore broadcast, the (fake) host holding the newest snapshot
 lost, failures past --reset-limit, and hvdrun itself SIGKILLed (no rank may outlive it).
+With a fourth argument `hvdrun-stopped` (its own ctest) it runs only that case: hvdrun
+SIGSTOPped, its sockets open, so only the wrappers' heartbeat timeout can end its ranks.
 
 After each failure the job must resume from the right commit and end with exactly the
 parameters of a run without failure (same np: the same batches in the same order, so replaying
@@ -15,7 +17,7 @@ At np 4 (twice the ranks of this 2-core machine, so every generation starts slow
 cases whose mechanics depend on the number of ranks run: the exception, the early exit 0 and
 --reset-limit are launcher-side and run at np 2 only.
 
-usage: elastic_test.py HVDRUN PYTHON NP"""
+usage: elastic_test.py HVDRUN PYTHON NP [hvdrun-stopped]"""
 import os
 import re
 import signal
@@ -27,6 +29,7 @@ import time
 from elastic_log import check, events, failures
 
 HVDRUN, PYTHON, NP = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ONLY = sys.argv[4] if len(sys.argv) > 4 else ""
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_elastic.py")
 
 
@@ -76,11 +79,11 @@ def expect_restart(name, p, got, log, ref, resume, gens=2):
           p, log)
 
 
-def rank_processes(marker):
-    """Pids of processes (other than us) whose command line holds `marker`."""
+def rank_processes(marker, skip=()):
+    """Pids of processes (other than us and `skip`) whose command line holds `marker`."""
     pids = []
     for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
+        if not pid.isdigit() or int(pid) == os.getpid() or int(pid) in skip:
             continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -91,10 +94,10 @@ def rank_processes(marker):
     return pids
 
 
-def hvdrun_killed(tmp):
-    """SIGKILL hvdrun once every rank trains; no rank, wrapper or mpirun may stay."""
-    out = os.path.join(tmp, "orphans")
-    proc = subprocess.Popen(command(out, ["--step-sleep", "0.5"], ()),
+def start_and_train(out, hvdrun_args=(), step_s=0.5):
+    """Starts a slow job; returns hvdrun's Popen once every rank has made its first step and
+    the pids of the job's processes then (the wrappers' state directories noted)."""
+    proc = subprocess.Popen(command(out, ["--step-sleep", str(step_s)], hvdrun_args),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -111,6 +114,13 @@ def hvdrun_killed(tmp):
             continue
         if b"--rank-wrapper" in words:  # --rank-wrapper ADDRS TOKEN ...
             MY_DIRS.add("hvd-elastic-" + words[words.index(b"--rank-wrapper") + 2].decode())
+    return proc, before
+
+
+def hvdrun_killed(tmp):
+    """SIGKILL hvdrun once every rank trains; no rank, wrapper or mpirun may stay."""
+    out = os.path.join(tmp, "orphans")
+    proc, before = start_and_train(out)
     killed = time.time()
     proc.kill()
     proc.wait()
@@ -123,6 +133,51 @@ def hvdrun_killed(tmp):
           f"{len(left)} left after {gone:.1f} s")
     check(len(before) >= 2 * NP, f"the ranks and their wrappers ran ({len(before)} processes)")
     check(not left and gone < 10, f"no process of the job outlives hvdrun by 10 s ({left})")
+
+
+def hvdrun_stopped(tmp):
+    """SIGSTOP hvdrun (a frozen master: its connections stay open) once every rank trains with
+    --heartbeat-timeout 2: every rank and wrapper must be gone within the timeout plus the
+    wrapper's TERM (the rank dies on it), and the wrappers remove the state directory."""
+    out = os.path.join(tmp, "stopped")
+    timeout = 2
+    # 2 s steps: the job would run 30 s more; its ranks can only end by the heartbeat timeout.
+    proc, before = start_and_train(out, ("--heartbeat-timeout", str(timeout)), step_s=2)
+    log = open(out + ".log").read() if os.path.exists(out + ".log") else ""
+    # The start-up took longer than the timeout: the pings kept the wrappers from stopping it.
+    check(proc.poll() is None and generations(log) == [0],
+          f"hvdrun's pings keep a job alive past --heartbeat-timeout {timeout} ({log[-500:]})")
+    stopped = time.time()
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        left = rank_processes(out, skip=(proc.pid,))
+        while left and time.time() - stopped < 15:
+            time.sleep(0.1)
+            left = rank_processes(out, skip=(proc.pid,))
+        gone = time.time() - stopped
+    finally:
+        proc.kill()
+        proc.wait()
+    print(f"hvdrun stopped: {len(before)} processes of the job when hvdrun was SIGSTOPped; "
+          f"{len(left)} left after {gone:.1f} s (--heartbeat-timeout {timeout})")
+    check(len(before) >= 2 * NP, f"the ranks and their wrappers ran ({len(before)} processes)")
+    # Not before: the last PING came at most 1 s before the SIGSTOP.
+    check(gone > timeout - 1.2, f"the ranks lived until the heartbeat timeout ({gone:.1f} s)")
+    check(not left and gone < timeout + 4,
+          f"no rank or wrapper outlives a frozen hvdrun by --heartbeat-timeout {timeout} + 4 s "
+          f"({left} after {gone:.1f} s)")
+    time.sleep(0.5)
+    leftovers = [d for d in MY_DIRS if os.path.exists(os.path.join("/dev/shm", d))]
+    check(MY_DIRS and not leftovers,
+          f"the wrappers removed the frozen hvdrun's state directory ({MY_DIRS}, {leftovers})")
+
+
+if ONLY == "hvdrun-stopped":
+    with tempfile.TemporaryDirectory() as tmp:
+        hvdrun_stopped(tmp)
+    print("elastic_test hvdrun-stopped: " +
+          ("FAILED: " + "; ".join(failures) if failures else "all passed"))
+    sys.exit(1 if failures else 0)
 
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -19,7 +19,17 @@ TEST_CASE("wire messages round-trip and junk is rejected", "[unit]") {
   REQUIRE(back);
   CHECK((back->kind == MessageKind::kExit && back->rank == 3 && back->host == "node1" &&
          back->value == 137 && back->token == "tok"));
-  CHECK(parse_message("HELLO t 0 h 42")->kind == MessageKind::kHello);
+  Message hello{MessageKind::kHello, "tok", "node1", 2, 42};
+  hello.generation = 3;
+  CHECK(format_message(hello) == "HELLO tok 2 node1 42 3");
+  auto he = parse_message("HELLO tok 2 node1 42 3");
+  REQUIRE(he);
+  CHECK(
+      (he->kind == MessageKind::kHello && he->rank == 2 && he->value == 42 && he->generation == 3));
+  CHECK_FALSE(parse_message("HELLO t 0 h 42"));  // without its generation
+  CHECK_FALSE(parse_message("HELLO t 0 h 42 -1"));
+  CHECK(parse_message("PING")->kind == MessageKind::kPing);
+  CHECK(format_message(Message{MessageKind::kPing, "", "", -1, 0}) == "PING");
   CHECK(parse_message("TERM")->kind == MessageKind::kTerm);
   Message done{MessageKind::kDone, "tok", "node1", 2, 0};
   CHECK(format_message(done) == "DONE tok 2 node1");

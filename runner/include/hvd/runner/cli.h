@@ -19,9 +19,10 @@ struct Options {
   std::vector<std::string> env;                 // -x VAR or -x VAR=value
   double start_timeout_s = 30;                  // --start-timeout
   double grace_period_s = 5;                    // --grace-period: TERM -> KILL
-  std::string output_dir;                       // --output-filename
-  std::string timeline;                         // --timeline-filename
-  bool timeline_mark_cycles = false;            // --timeline-mark-cycles
+  double heartbeat_timeout_s = 30;    // --heartbeat-timeout: a wrapper's bound on hvdrun's silence
+  std::string output_dir;             // --output-filename
+  std::string timeline;               // --timeline-filename
+  bool timeline_mark_cycles = false;  // --timeline-mark-cycles
   std::optional<double> fusion_threshold_mb;
   std::optional<double> cycle_time_ms;
   std::optional<long> cache_capacity;

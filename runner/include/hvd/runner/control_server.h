@@ -4,6 +4,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <map>
 #include <memory>
@@ -14,7 +15,10 @@
 namespace hvd::runner {
 
 // Accepts connections on 0.0.0.0:<ephemeral>, checks the job token, answers agents with OK and
-// keeps wrapper connections open to report their rank's exit and to send TERM/KILL.
+// keeps wrapper connections open to report their rank's exit and to send TERM/KILL. Sends PING
+// to every wrapper each second (its heartbeat timeout). A wrapper of another generation than
+// the current one (set_generation; a leftover of a stopped mpirun) is told KILL, and its
+// messages and its connection's end reach no handler and count in no open_wrappers().
 class ControlServer {
  public:
   struct Handlers {
@@ -39,8 +43,15 @@ class ControlServer {
   // Sends `m` (e.g. HOSTS) to every connected wrapper.
   void broadcast(const Message& m);
 
-  // Wrapper connections still open.
+  // The generation whose wrappers are served (HELLO's generation; 0 outside elastic mode).
+  // Wrappers of the previous ones connected now are ignored from now on.
+  void set_generation(int generation);
+
+  // Wrapper connections of the current generation still open.
   std::size_t open_wrappers() const { return sessions_.size(); }
+
+  // Wrapper connections of other generations still open (ignored, pinged only).
+  std::size_t stale_wrappers() const { return stale_.size(); }
 
   // Stops accepting and closes every connection.
   void stop();
@@ -48,13 +59,17 @@ class ControlServer {
  private:
   class Session;
   void accept();
+  void ping();
 
   std::string token_;
   boost::asio::ip::tcp::acceptor acceptor_;
   unsigned short port_ = 0;
   Handlers handlers_;
   int next_id_ = 0;
-  std::map<int, std::shared_ptr<Session>> sessions_;
+  int generation_ = 0;
+  std::map<int, std::shared_ptr<Session>> sessions_;  // wrappers of the current generation
+  std::map<int, std::shared_ptr<Session>> stale_;     // wrappers of other generations
+  boost::asio::steady_timer ping_timer_;
 };
 
 }  // namespace hvd::runner

@@ -3,7 +3,11 @@
 //
 // Every connection to the master's listener starts with one line carrying the job token:
 //   AGENT <token> <host>                 preflight connect-back; the master answers OK <token>
-//   HELLO <token> <rank> <host> <pid>    a rank wrapper started rank <rank>
+//   HELLO <token> <rank> <host> <pid> <generation>
+//                                        a rank wrapper started rank <rank> of the job's
+//                                        <generation> (elastic mode: 0, 1, ...; else 0); the
+//                                        master ignores a wrapper of another generation than
+//                                        the running one (a leftover of a stopped mpirun)
 // then a wrapper sends:
 //   BEAT <token> <rank> <host> <n>       (elastic mode) the program made progress (n grows), or
 //                                        returned from @hvd.elastic.run (n = -1); see
@@ -17,9 +21,11 @@
 //                                        changes of this generation (1, 2, ...), bits are
 //                                        HostUpdateResult's (1 removed, 2 added); the wrapper
 //                                        writes "<seq> <bits>" to $HVD_ELASTIC_HOSTS_FILE
-// A wrapper whose connection closes treats it as TERM (then KILL after the grace period), so a
-// dead master never leaves ranks behind; in elastic mode it then also removes the host's state
-// directory (no generation follows a dead master).
+//   PING                                 hvdrun is alive (every second, to every wrapper)
+// A wrapper whose connection closes, or that hears nothing (not even PING) for its heartbeat
+// timeout (hvdrun --heartbeat-timeout: a frozen or partitioned master), treats it as TERM (then
+// KILL after the grace period), so a dead master never leaves ranks behind; in elastic mode it then
+// also removes the host's state directory (no generation follows a dead master).
 #pragma once
 
 #include <optional>
@@ -27,14 +33,15 @@
 
 namespace hvd::runner {
 
-enum class MessageKind { kAgent, kOk, kHello, kBeat, kDone, kExit, kTerm, kKill, kHosts };
+enum class MessageKind { kAgent, kOk, kHello, kBeat, kDone, kExit, kTerm, kKill, kHosts, kPing };
 
 struct Message {
   MessageKind kind = MessageKind::kTerm;
   std::string token;
   std::string host;
-  int rank = -1;  // seq for HOSTS
-  int value = 0;  // pid for HELLO, progress for BEAT, exit code for EXIT, bits for HOSTS
+  int rank = -1;       // seq for HOSTS
+  int value = 0;       // pid for HELLO, progress for BEAT, exit code for EXIT, bits for HOSTS
+  int generation = 0;  // HELLO: the wrapper's generation
 };
 
 // One line without the trailing newline.
