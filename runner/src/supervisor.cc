@@ -149,10 +149,14 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   std::function<void()> wait_signal = [&] {
     signals.async_wait([&](boost::system::error_code ec, int sig) {
       if (ec) return;
-      if (stop_signal == 0 && !first) {
+      // Recorded even while a failed rank's generation is being stopped: the signal still
+      // ends the job (elastic mode restarts nothing after it).
+      if (stop_signal == 0) {
         stop_signal = sig;
-        write_line(2, std::string("hvdrun: got SIG") + sigabbrev_np(sig) +
-                          "; stopping all ranks (TERM, then KILL after the grace period)");
+        write_line(2,
+                   std::string("hvdrun: got SIG") + sigabbrev_np(sig) +
+                       (first ? "; the ranks are being stopped already (no restart follows)"
+                              : "; stopping all ranks (TERM, then KILL after the grace period)"));
       }
       if (stopping && sig == SIGINT) {  // second Ctrl-C: do not wait for the grace period
         server.broadcast(MessageKind::kKill);

@@ -144,6 +144,20 @@ TEST_CASE("SIGINT to hvdrun stops every rank and leaves no process behind", "[mp
   CHECK(s < 10);
 }
 
+TEST_CASE("SIGTERM while a failed generation is stopped ends an elastic job, no restart", "[mpi]") {
+  // Rank 1 exits 0 early (a failure in elastic mode); rank 0 ignores TERM, so the generation's
+  // teardown lasts the grace period (4 s), and hvdrun gets SIGTERM inside it.
+  Run r({"-np", "2", "--min-np", "2", "--grace-period", "4", "--reset-limit", "1", "sh", "-c",
+         "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exit 0; fi; trap '' TERM; sleep 30"});
+  REQUIRE(r.wait_for("exited 0 without returning from @hvd.elastic.run", 1, 60));
+  kill(r.pid, SIGTERM);
+  CHECK(r.wait_exit() == 143);
+  INFO(r.output);
+  CHECK_THAT(r.output, Catch::Matchers::Contains("got SIGTERM; the ranks are being stopped"));
+  CHECK_THAT(r.output, Catch::Matchers::Contains("stopped by a signal; not restarting"));
+  CHECK(r.occurrences("generation 1:") == 0);
+}
+
 TEST_CASE("bad input exits 2 with one line", "[mpi]") {
   Run r({"-np", "4", "-H", "localhost:2", PROBE_PATH});
   CHECK(r.wait_exit() == 2);
