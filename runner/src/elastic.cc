@@ -2,10 +2,19 @@
 // Elastic mode's planning (elastic.h).
 #include "hvd/runner/elastic.h"
 
+#include <csignal>
+
 #include "hvd/runner/errors.h"
 #include "hvd/runner/wire.h"
 
 namespace hvd::runner {
+
+bool supersedes_restart_request(int first_code, int later_code, bool kill_sent) {
+  if (first_code != kExitElasticRestart || kill_sent) return false;
+  if (later_code <= kExitSignalBase || later_code >= kExitSignalBase + 65) return false;
+  const int sig = later_code - kExitSignalBase;
+  return sig != SIGTERM && sig != SIGPIPE;
+}
 
 ElasticDecision decide_after_generation(const GenerationOutcome& o, int resets_done,
                                         int reset_limit) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 
+#include "hvd/runner/elastic.h"
 #include "hvd/runner/elastic_watchdog.h"
 #include "hvd/runner/errors.h"
 #include "hvd/runner/subprocess.h"
@@ -69,6 +70,7 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   std::optional<Failure> first;
   int stop_signal = 0;
   bool stopping = false;
+  bool kill_sent = false;
   bool mpirun_done = false;
   int mpirun_code = 0;
   int hellos = 0;
@@ -96,6 +98,7 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
       if (ec) return;
       if (cfg.verbose) write_line(2, "hvdrun: grace period over; sending KILL");
       server.broadcast(MessageKind::kKill);
+      kill_sent = true;
       mpirun.signal(SIGTERM);
       kill_timer.expires_after(std::min(grace, std::chrono::milliseconds(2000)) +
                                std::chrono::milliseconds(500));
@@ -120,6 +123,14 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   h.on_done = [&](const Message& m) { done.insert(m.rank); };
   h.on_exit = [&](const Message& m) {
     watchdog.finished(m.rank);
+    if (cfg.elastic && first && stop_signal == 0 &&
+        supersedes_restart_request(first->code, m.value, kill_sent)) {
+      write_line(2, "hvdrun: rank " + std::to_string(m.rank) + " on host " + m.host + " failed (" +
+                        describe_exit_code(m.value) + "): the cause of rank " +
+                        std::to_string(first->rank) + "'s restart request");
+      first = Failure{m.rank, m.host, m.value};
+      return;
+    }
     if (first || stop_signal != 0) return;
     if (m.value == 0 && cfg.elastic && done.count(m.rank) == 0) {
       first = Failure{m.rank, m.host, kExitLaunch};

@@ -37,6 +37,21 @@ TEST_CASE("a failed generation restarts until --reset-limit restarts were made",
   CHECK(decide_after_generation({0, false, 0}, 1, 1).exit_code == kExitLaunch);
 }
 
+TEST_CASE("a rank's death reported after a survivor's restart request is the failure", "[unit]") {
+  constexpr int kKilled = kExitSignalBase + SIGKILL, kSegv = kExitSignalBase + SIGSEGV;
+  CHECK(supersedes_restart_request(kExitElasticRestart, kKilled, false));
+  CHECK(supersedes_restart_request(kExitElasticRestart, kSegv, false));
+  // hvdrun's own TERM or KILL, a SIGPIPE from the dead peer, a plain exit code: not a cause.
+  CHECK_FALSE(supersedes_restart_request(kExitElasticRestart, kExitSignalBase + SIGTERM, false));
+  CHECK_FALSE(supersedes_restart_request(kExitElasticRestart, kKilled, true));
+  CHECK_FALSE(supersedes_restart_request(kExitElasticRestart, kExitSignalBase + SIGPIPE, false));
+  CHECK_FALSE(supersedes_restart_request(kExitElasticRestart, 1, false));
+  CHECK_FALSE(supersedes_restart_request(kExitElasticRestart, kExitElasticRestart, false));
+  // Only a restart request is replaced: a first real failure stays the failure.
+  CHECK_FALSE(supersedes_restart_request(kKilled, kSegv, false));
+  CHECK_FALSE(supersedes_restart_request(1, kKilled, false));
+}
+
 TEST_CASE("a signal to hvdrun ends an elastic job without a restart", "[unit]") {
   auto d = decide_after_generation({143, false, SIGTERM}, 0, -1);
   CHECK(d.step == NextStep::kGiveUp);

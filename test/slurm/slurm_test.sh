@@ -347,6 +347,7 @@ if [[ $TWO_HOSTS == 1 && -n $ELASTIC ]]; then
     ! "$RIG" exec "$n" ls /dev/shm | grep -q hvd-elastic- ||
       fail "elastic job under Slurm: its state directory is left in $n's /dev/shm"
   done
+  grep '^hvdrun: ' <<<"$OUT" | sed 's/^/    /'
   echo "ok: elastic hvdrun in an allocation of ${NODES[*]}: a rank on ${NODES[0]} killed, the"
   echo "    job resumed on ${NODES[1]} from the last commit, final parameters = replay ($((SECONDS - t)) s)"
 elif [[ $TWO_HOSTS == 1 ]]; then

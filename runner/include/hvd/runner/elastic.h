@@ -28,6 +28,14 @@ struct GenerationOutcome {
 // after HorovodInternalError or HostsUpdatedInterrupt, not because its host failed.
 inline constexpr int kExitElasticRestart = 75;
 
+// Whether a rank's exit `later_code`, reported after the generation's first failure
+// `first_code` while hvdrun stops the ranks, is the real cause and replaces it: the survivors of
+// a rank's death see it through MPI and leave with kExitElasticRestart, and that exit can reach
+// hvdrun before the dead rank's own. A later death by a signal other than the TERM that hvdrun
+// sends (and SIGPIPE, a consequence of a peer's death) is that cause, as long as hvdrun has not
+// sent KILL itself (`kill_sent`).
+bool supersedes_restart_request(int first_code, int later_code, bool kill_sent);
+
 enum class NextStep { kSucceed, kRestart, kGiveUp };
 
 struct ElasticDecision {
