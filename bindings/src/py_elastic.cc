@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "hvd/optim/elastic_progress.h"
 #include "hvd/optim/elastic_store.h"
 
 namespace hvd::py {
@@ -59,6 +60,10 @@ void bind_elastic(pybind11::module_& m) {
         return pyb::make_tuple(u->seq, u->bits);
       },
       pyb::arg("path"), "(seq, bits) of hvdrun's host-change file, or None.");
+  m.def(
+      "elastic_report_progress", [] { elastic::report_progress(); },
+      "Tells hvdrun's step watchdog that this rank made progress (hvd/optim/"
+      "elastic_progress.h); no-op outside elastic mode.");
   m.def(
       "elastic_resume",
       [](const std::string& dir) {

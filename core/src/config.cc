@@ -169,6 +169,7 @@ ElasticConfig ElasticConfig::from_env(const Config::Lookup& lookup) {
   if (auto v = lookup("HVD_ELASTIC_STATE_DIR")) c.state_dir = *v;
   if (auto v = lookup("HVD_ELASTIC_COMPLETION_FILE")) c.completion_file = *v;
   if (auto v = lookup("HVD_ELASTIC_HOSTS_FILE")) c.hosts_file = *v;
+  if (auto v = lookup("HVD_ELASTIC_PROGRESS_FILE")) c.progress_file = *v;
   return c;
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """[elastic] A libtorch program on hvd::elastic::run under hvdrun --min-np (elastic_train.cc): a
-rank SIGKILLed mid-training must resume from the last commit and end with exactly the
+rank SIGKILLed mid-training, and a rank SIGSTOPped after a long step (hvdrun's step watchdog
+must stop the generation: the C++ program reports progress, and its long step's collectives
+must not trip the watchdog), must resume from the last commit and end with exactly the
 parameters of the run without failure (same np: the same batches in the same order).
 
 usage: elastic_cpp_test.py HVDRUN PROGRAM NP"""
@@ -16,10 +18,11 @@ from elastic_log import check, events, failures  # noqa: E402 (test/elastic/elas
 HVDRUN, PROGRAM, NP = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 
-def run(tmp, name, *extra):
+def run(tmp, name, *extra, hvdrun_args=(), timeout=120):
     out = os.path.join(tmp, name)
-    cmd = [HVDRUN, "-np", str(NP), "--min-np", str(NP), PROGRAM, "--out", out, *extra]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    cmd = [HVDRUN, "-np", str(NP), "--min-np", str(NP), *hvdrun_args, PROGRAM, "--out", out,
+           *extra]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     log = open(out + ".log").read() if os.path.exists(out + ".log") else ""
     result = open(out).read() if os.path.exists(out) else None
     return p, result, log
@@ -52,5 +55,25 @@ with tempfile.TemporaryDirectory() as tmp:
         print(f"resume: {first[0][0] - kill[0][0]:.2f} s from the SIGKILL to the first step "
               f"after restore; steps lost: {fail_step - commits[-1]}; commit: median "
               f"{took[len(took) // 2]:.3f} ms (rank 0)")
+
+    # SIGSTOP: nothing dies; the watchdog (3 s) must stop the generation. Before it, a step of
+    # 5 s with collectives but no commit must not.
+    p, got, log = run(tmp, "stop", "--fail", "stop", "--fail-step", str(fail_step), "--long-step",
+                      "5", hvdrun_args=("--elastic-step-timeout", "3"), timeout=60)
+    check(p.returncode == 0, "after a SIGSTOP of rank 1 the job succeeds", p, log)
+    check("made no progress for" in p.stderr and "--elastic-step-timeout 3" in p.stderr,
+          "hvdrun's step watchdog stopped the generation", p, log)
+    check(events(log, "long step of") and events(log, "failing (stop)"),
+          "the long step ran in generation 0 and the SIGSTOP came after it", p, log)
+    resets = events(log, "reset at commit")
+    check(len(resets) == NP and all(resume == e[2] for e in resets),
+          f"after the SIGSTOP every rank resumed from the last commit ({resume})", p, log)
+    check(p.stderr.count("starting generation") == 1, "exactly one restart", p, log)
+    check(got == ref, "after the SIGSTOP the parameters equal the failure-free run's", p, log)
+    stop = events(log, "failing (stop)")
+    first = [e for e in events(log, "first step done") if e[1].startswith("gen1")]
+    if stop and first:
+        print(f"SIGSTOP: {first[0][0] - stop[0][0]:.2f} s from the SIGSTOP to the first step "
+              "after restore (watchdog 3 s)")
 
 sys.exit(1 if failures else 0)

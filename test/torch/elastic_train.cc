@@ -2,12 +2,15 @@
 // [elastic] A libtorch elastic training program for test/torch/elastic_cpp_test.py: linear
 // regression (float64), SGD with momentum through hvd::DistributedOptimizer, an
 // hvd::elastic::Sampler over 64 samples, 4 per rank per batch, commit every 3 steps and at each
-// epoch's end. In generation 0 rank --fail-rank SIGKILLs itself before step --fail-step
-// (--fail kill). Rank 0 writes the steps and final parameters (hex floats) to --out; every rank
-// appends its events (the first: its host) to --out.log. With --log-batches 1 rank 0 also logs
-// every step's batches of all ranks, in the form test/elastic/replay.py replays.
+// epoch's end. In generation 0 rank --fail-rank SIGKILLs (--fail kill) or SIGSTOPs (--fail
+// stop) itself before step --fail-step; --long-step S: in generation 0, step 2 runs
+// collectives for S seconds without a commit; --step-sleep S: sleep S seconds per step. Rank 0
+// writes the steps and final parameters (hex floats) to --out; every rank appends its events
+// (the first: its host) to --out.log. With --log-batches 1 rank 0 also logs every step's
+// batches of all ranks, in the form test/elastic/replay.py replays.
 //
-//   elastic_train --out FILE [--fail none|kill] [--fail-step N] [--fail-rank R] [--log-batches 1]
+//   elastic_train --out FILE [--fail none|kill|stop] [--fail-step N] [--fail-rank R]
+//                 [--long-step S] [--step-sleep S] [--log-batches 1]
 #include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hvd/torch.h"
@@ -30,6 +34,7 @@ struct Args {
   int64_t fail_step = 11;
   int fail_rank = 1;
   bool log_batches = false;
+  double long_step = 0, step_sleep = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -46,12 +51,31 @@ Args parse(int argc, char** argv) {
       a.fail_rank = std::stoi(v);
     else if (k == "--log-batches")
       a.log_batches = v == "1";
+    else if (k == "--long-step")
+      a.long_step = std::stod(v);
+    else if (k == "--step-sleep")
+      a.step_sleep = std::stod(v);
   }
   if (a.out.empty()) {
     std::fprintf(stderr, "usage: elastic_train --out FILE [--fail none|kill] ...\n");
     std::exit(2);
   }
   return a;
+}
+
+// A long step: collectives for `seconds`, no commit (the step watchdog must not fire).
+template <typename Event>
+void long_step(double seconds, Event& event) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const torch::Tensor x = torch::zeros({1});
+  while (elapsed() < seconds) {
+    static_cast<void>(hvd::allreduce(x, "long_step"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  event("long step of " + std::to_string(elapsed()) + " s without a commit");
 }
 
 }  // namespace
@@ -117,13 +141,16 @@ int main(int argc, char** argv) {
     for (; epoch < kEpochs;) {
       const int64_t batches = (sampler.size() + kBatch - 1) / kBatch;
       for (int64_t b = 0; b < batches; ++b) {
-        if (args.fail == "kill" && generation == 0 && step == args.fail_step &&
+        if (args.fail != "none" && generation == 0 && step == args.fail_step &&
             hvd::rank() == args.fail_rank) {
-          event("failing (kill) at step " + std::to_string(step));
-          ::kill(::getpid(), SIGKILL);
+          event("failing (" + args.fail + ") at step " + std::to_string(step));
+          ::kill(::getpid(), args.fail == "stop" ? SIGSTOP : SIGKILL);
         }
+        if (generation == 0 && args.long_step > 0 && step == 2) long_step(args.long_step, event);
         const std::vector<int64_t> idx = sampler.get_indices(b, kBatch);
         if (args.log_batches) log_batch(idx, step, epoch);
+        if (args.step_sleep > 0)
+          std::this_thread::sleep_for(std::chrono::duration<double>(args.step_sleep));
         const torch::Tensor rows = torch::tensor(idx, torch::kLong);
         opt.zero_grad();
         const torch::Tensor loss =

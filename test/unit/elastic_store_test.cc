@@ -169,7 +169,8 @@ TEST_CASE("hvdrun's host-change file reads as <seq> <bits>, anything else as non
 TEST_CASE("ElasticConfig reads the elastic variables hvdrun sets", "[unit]") {
   std::map<std::string, std::string> env{{"HVD_ELASTIC_STATE_DIR", "/dev/shm/x"},
                                          {"HVD_ELASTIC_COMPLETION_FILE", "/tmp/done"},
-                                         {"HVD_ELASTIC_HOSTS_FILE", "/tmp/hosts"}};
+                                         {"HVD_ELASTIC_HOSTS_FILE", "/tmp/hosts"},
+                                         {"HVD_ELASTIC_PROGRESS_FILE", "/tmp/progress"}};
   const auto c =
       hvd::core::ElasticConfig::from_env([&](const std::string& n) -> std::optional<std::string> {
         auto it = env.find(n);
@@ -179,6 +180,7 @@ TEST_CASE("ElasticConfig reads the elastic variables hvdrun sets", "[unit]") {
   CHECK(c.state_dir == "/dev/shm/x");
   CHECK(c.completion_file == "/tmp/done");
   CHECK(c.hosts_file == "/tmp/hosts");
+  CHECK(c.progress_file == "/tmp/progress");
   const auto none =
       hvd::core::ElasticConfig::from_env([](const std::string&) { return std::nullopt; });
   CHECK(none.state_dir.empty());

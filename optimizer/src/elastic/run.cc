@@ -7,6 +7,7 @@
 
 #include "hvd/hvd.h"
 #include "hvd/optim/elastic.h"
+#include "hvd/optim/elastic_progress.h"
 
 namespace hvd::elastic {
 
@@ -34,6 +35,7 @@ namespace detail {
 
 void ensure_initialized() {
   if (!hvd::is_initialized()) hvd::init();
+  report_progress();  // arms hvdrun's step watchdog (hvd/optim/elastic_progress.h)
 }
 
 void leave_generation(const char* type, const char* what) {

@@ -200,7 +200,7 @@ std::optional<LauncherHostUpdate> read_host_update(const std::string& path) {
 
 Environment environment() {
   const core::ElasticConfig c = core::ElasticConfig::from_process_env();
-  return Environment{c.state_dir, c.completion_file, c.hosts_file};
+  return Environment{c.state_dir, c.completion_file, c.hosts_file, c.progress_file};
 }
 
 }  // namespace hvd::elastic

@@ -15,6 +15,7 @@
 #include "hvd/hvd.h"
 #include "hvd/optim/broadcast.h"
 #include "hvd/optim/elastic.h"
+#include "hvd/optim/elastic_progress.h"
 
 namespace hvd::elastic {
 namespace {
@@ -73,6 +74,7 @@ void State::commit() {
     throw_if_error(write_snapshot(env.state_dir,
                                   {commit_id_, static_cast<uint64_t>(hvd::size()), saved_bytes()}));
   }
+  report_progress();
   check_host_updates();
 }
 

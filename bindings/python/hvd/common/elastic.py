@@ -31,13 +31,17 @@ import time
 
 from hvd import _core
 from hvd.common import basics
-from hvd.common.elastic_progress import report_progress
 from hvd.common.elastic_snapshot import remove_stale_temporaries, resume_from_newest, write_snapshot
 from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 #: Exit code of a rank that asks hvdrun for a new generation (EX_TEMPFAIL; C++'s
 #: hvd::elastic::kRestartExitCode).
 RESTART_EXIT_CODE = _core.ELASTIC_RESTART_EXIT_CODE
+#: Tells hvdrun's step watchdog that this rank made progress: at the start of the run, at every
+#: commit, and (a C++ thread started by the first call) whenever a collective completed. It
+#: lives in C++ for Python and libtorch programs alike (optimizer/include/hvd/optim/
+#: elastic_progress.h).
+report_progress = _core.elastic_report_progress
 
 
 def _env(name):
@@ -237,7 +241,7 @@ def run_fn(func, reset=None):
     def wrapper(state, *args, **kwargs):
         if not basics.is_initialized():
             basics.init()
-        report_progress()  # arms hvdrun's step watchdog (hvd.common.elastic_progress)
+        report_progress()  # arms hvdrun's step watchdog
         try:
             # Inside the try: a rank lost during the resume broadcast is a restart, too.
             _start_generation(state)

@@ -19,6 +19,9 @@ struct ElasticConfig {
   /// Where hvdrun's rank wrapper writes host changes, "<seq> <bits>" (HVD_ELASTIC_HOSTS_FILE);
   /// empty: none.
   std::string hosts_file;
+  /// Where this rank reports progress for hvdrun's step watchdog (HVD_ELASTIC_PROGRESS_FILE,
+  /// set by the rank wrapper); empty: none.
+  std::string progress_file;
 
   static ElasticConfig from_env(const Config::Lookup& lookup);
   /// Reads the process environment.

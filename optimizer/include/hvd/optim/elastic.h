@@ -170,7 +170,7 @@ class TorchState : public State {
 /// when it resumed from a committed snapshot. Collective.
 bool start_generation(State& state);
 namespace detail {
-/// Initializes hvd when needed.
+/// Initializes hvd when needed; arms hvdrun's step watchdog (hvd/optim/elastic_progress.h).
 void ensure_initialized();
 /// In elastic mode: logs `what` and ends the process with kRestartExitCode; otherwise returns.
 void leave_generation(const char* type, const char* what);

@@ -90,6 +90,7 @@ struct Environment {
   std::string state_dir;        ///< HVD_ELASTIC_STATE_DIR; empty: not in elastic mode
   std::string completion_file;  ///< HVD_ELASTIC_COMPLETION_FILE; empty: none
   std::string hosts_file;       ///< HVD_ELASTIC_HOSTS_FILE; empty: none
+  std::string progress_file;    ///< HVD_ELASTIC_PROGRESS_FILE; empty: none
 };
 Environment environment();
 
