@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // hvd::elastic::Sampler (hvd/optim/elastic_sampler.h).
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
 #include <algorithm>
-#include <random>
 
 #include "hvd/hvd.h"
 #include "hvd/optim/elastic_sampler.h"
@@ -49,10 +51,13 @@ void Sampler::reset() {
 void Sampler::reset(int num_replicas, int rank) {
   num_replicas_ = num_replicas;
   std::vector<int64_t> order(static_cast<size_t>(dataset_size_));
-  for (int64_t i = 0; i < dataset_size_; ++i) order[static_cast<size_t>(i)] = i;
   if (shuffle_) {
-    std::mt19937_64 gen(seed_ + static_cast<uint64_t>(epoch_));
-    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[gen() % i]);
+    const torch::Tensor perm = torch::randperm(
+        dataset_size_, at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch_)),
+        torch::kLong);
+    std::copy_n(perm.data_ptr<int64_t>(), dataset_size_, order.begin());
+  } else {
+    for (int64_t i = 0; i < dataset_size_; ++i) order[static_cast<size_t>(i)] = i;
   }
   std::vector<int64_t> remaining;
   for (int64_t i : order) {

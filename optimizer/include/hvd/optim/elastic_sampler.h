@@ -14,9 +14,10 @@
 //   sampler.set_epoch(epoch + 1);
 //
 // record_batch(b, n) records batch b of *every* rank (the partition is deterministic), so one
-// rank's committed state knows the whole job's progress. The shuffle (seed + epoch) is a
-// Fisher-Yates shuffle driven by std::mt19937_64: the same order on every rank and platform
-// (not the order Python's torch.randperm gives).
+// rank's committed state knows the whole job's progress. The shuffle is libtorch's randperm
+// with a CPU generator seeded seed + epoch, as Python's hvd.elastic.ElasticSampler (and
+// PyTorch's DistributedSampler) do: the same seed, epoch and world give the same indices in a
+// libtorch and a Python program (test/torch/sampler_order_test.py).
 #pragma once
 
 #include <cstdint>
