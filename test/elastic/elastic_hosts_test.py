@@ -15,11 +15,16 @@ Scenarios (one per run):
   cooldown  a flapping host (its rank killed in generations 0 and 1) is blacklisted, below
             --min-np the job waits, and the host returns after each cooldown (range 2 4: a
             random 2-4 s, then 4 s)
+  cpp       the libtorch program test/torch/elastic_train.cc (hvd::elastic::run) instead of
+            train_elastic.py: a host added through the script mid-epoch 0 (generation 1 on 3
+            hosts), then the second host removed as generation 1 begins (generation 2 on the
+            other 2)
 After each, the final parameters must equal a failure-free replay of the committed steps (the
 batches every rank trained on, the world size changing between generations) and every epoch
 must have covered every sample.
 
-usage: elastic_hosts_test.py HVDRUN PYTHON SCENARIO     exit 0 pass, 1 fail, 77 skipped"""
+usage: elastic_hosts_test.py HVDRUN PYTHON SCENARIO [PROGRAM]
+  PROGRAM: hvd_elastic_train, for the cpp scenario.      exit 0 pass, 1 fail, 77 skipped"""
 import os
 import re
 import shutil
@@ -33,7 +38,11 @@ from replay import check_replay  # noqa: I100
 
 HVDRUN, PYTHON, SCENARIO = sys.argv[1], sys.argv[2], sys.argv[3]
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "train_elastic.py")
+# The training program and its flag for rank 0's batch log: Python's train_elastic.py, or the
+# libtorch elastic_train (the same events; its model starts from rank 0's seed, 100).
+CPP = sys.argv[4] if len(sys.argv) > 4 else None
+PROGRAM = [CPP] if CPP else [PYTHON, os.path.join(HERE, "train_elastic.py")]
+LOG_BATCHES = ["--log-batches", "1"] if CPP else ["--log-batches"]
 RIG = os.path.join(HERE, "..", "hosts", "testhosts.sh")
 PREFIX = "hvdel"
 os.environ.update(HVD_TESTHOSTS_PREFIX=PREFIX, HVD_TESTHOSTS_SUBNET="10.201.23",
@@ -53,22 +62,24 @@ def check(cond, what, detail=""):
 
 def check_result(out, p, max_np):
     check(p.returncode == 0, f"the job succeeds (exit {p.returncode})", p.stdout + p.stderr)
-    return check_replay(out, max_np, check, detail=p.stdout + p.stderr)
+    return check_replay(out, max_np, check, model_seed=100 if CPP else None,
+                        detail=p.stdout + p.stderr)
 
 
-def hvdrun(out, *flags, args=(), wait_for=None, then=None, timeout=110):
-    """Runs the job; when rank 0's log shows `wait_for`, calls then() (once)."""
-    cmd = [HVDRUN, *flags, "--start-timeout", "20", PYTHON, SCRIPT, "--out", out, "--log-batches",
-           *args]
+def hvdrun(out, *flags, args=(), wait_for=None, then=None, timeout=110, actions=()):
+    """Runs the job; when rank 0's log shows `wait_for`, calls then() (once); likewise for each
+    (pattern, action) of `actions`, in order. Returns the process and when the first acted."""
+    cmd = [HVDRUN, *flags, "--start-timeout", "20", *PROGRAM, "--out", out, *LOG_BATCHES, *args]
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    todo = ([(wait_for, then)] if wait_for else []) + list(actions)
     acted = None
-    while wait_for and proc.poll() is None and time.time() - t0 < timeout:
+    while todo and proc.poll() is None and time.time() - t0 < timeout:
         log = open(out + ".log").read() if os.path.exists(out + ".log") else ""
-        if re.search(wait_for, log):
-            acted = time.time()
-            then()
-            break
+        if re.search(todo[0][0], log):
+            acted = acted or time.time()
+            todo.pop(0)[1]()
+            continue
         time.sleep(0.05)
     try:
         stdout, stderr = proc.communicate(timeout=max(1, timeout - (time.time() - t0)))
@@ -83,6 +94,44 @@ def hvdrun(out, *flags, args=(), wait_for=None, then=None, timeout=110):
 
 def first_after(evs, gen, text, rank=0):
     return next((t for t, g, r, x in evs if g == gen and r == rank and text in x), None)
+
+
+def cpp_add_then_remove(out, set_hosts, discover, slow):
+    """The cpp scenario: H3 added at step 2 (epoch 0: 8 steps at np 2), H2 removed as generation
+    1 (np 3) begins; each change stops the ranks at a commit (every 3 steps and at each epoch's
+    end) 1-2 s later, and every generation trains."""
+    set_hosts(f"{H1}:1", f"{H2}:1")
+    p, _ = hvdrun(out, "--min-np", "2", "--host-discovery-script", discover, args=slow,
+                  actions=[(r"gen0 rank0 batch step 2 ",
+                            lambda: set_hosts(f"{H1}:1", f"{H2}:1", f"{H3}:1")),
+                           (r"gen1 rank0 batch step ", lambda: set_hosts(f"{H1}:1", f"{H3}:1"))])
+    evs, _ = check_result(out, p, 3)
+    for word in ("hosts added", "hosts removed"):
+        check(f"hvdrun: elastic: {word}" in p.stderr, f"hvdrun reports '{word}'", p.stderr)
+    check(p.stderr.count("stopped for the host change; starting generation") == 2,
+          "generations 1 and 2 start for the host changes", p.stderr)
+    gens = {g: {r for _, gg, r, _ in evs if gg == g} for g in (0, 1, 2)}
+    check([len(gens[g]) for g in (0, 1, 2)] == [2, 3, 2],
+          f"generations 0, 1, 2 ran 2, 3 and 2 ranks ({gens})")
+    check(f"generation 2: 2 rank(s) on {H1}:1,{H3}:1" in p.stderr,
+          "generation 2 runs on the hosts left", p.stderr)
+    check(not any("failing" in x for *_, x in evs), "no rank failed")
+    trained = [sum(1 for _, gg, r, x in evs if gg == g and r == 0 and x.startswith("batch"))
+               for g in (0, 1, 2)]
+    check(all(trained), f"every generation trained (steps per generation: {trained})")
+    for g in (1, 2):  # no rollback: each resumes from the commit where the ranks stopped
+        last = [x for _, gg, r, x in evs if gg == g - 1 and r == 0 and x.startswith("batch")]
+        step = last[-1].split()[2] if last else None
+        reset = [x for _, gg, r, x in evs if gg == g and r == 0 and x.startswith("reset")]
+        check(reset and reset[0].endswith(f" step {step}"),
+              f"generation {g} resumed from the commit where the ranks stopped, step {step} "
+              f"(no rollback: {reset})")
+        began = [t for t, gg, r, x in evs if gg == g - 1 and r == 0 and x.startswith("batch")]
+        first = first_after(evs, g, "first step done")
+        if began and first:
+            print(f"measured: generation {g}'s first step {first - began[-1]:.2f} s after the "
+                  f"last step of generation {g - 1} began (0.25 s long)")
+    return p
 
 
 def main():
@@ -189,6 +238,8 @@ def main():
                   "below --min-np the job waited both times", p.stderr)
             check("generation 2: 2 rank(s)" in p.stderr, "the host is back in generation 2",
                   p.stderr)
+        elif SCENARIO == "cpp":
+            cpp_add_then_remove(out, set_hosts, discover, slow)
         else:
             print(f"unknown scenario {SCENARIO}")
             return 2
