@@ -3,13 +3,14 @@
 //
 // A rank can stop without dying (SIGSTOP, a network partition, a deadlock): its process and
 // its wrapper's connection stay up, so nothing else would notice. Each rank's program reports
-// progress (a collective completed or a commit made; bindings/python/hvd/common/
-// elastic_progress.py) through its wrapper to hvdrun (BEAT, wire.h). The watchdog arms at the
-// first report of any rank of the generation; from then on, a rank that is still running and
-// has not reported for longer than the step timeout is stalled, and hvdrun handles it like a
-// death (the generation is stopped and the next one resumes from the last commit). Before the
-// first report (Python and torch starting, hvd.init) nothing is watched, and a program that
-// never reports (not using @hvd.elastic.run) is never stopped by the watchdog.
+// progress (a collective completed or a commit made; optimizer/include/hvd/optim/
+// elastic_progress.h, for Python and libtorch programs alike) through its wrapper to hvdrun
+// (BEAT, wire.h). The watchdog arms at the first report of any rank of the generation; from then
+// on, a rank that is still running and has not reported for longer than the step timeout is
+// stalled, and hvdrun handles it like a death (the generation is stopped and the next one
+// resumes from the last commit). Before the first report (Python and torch starting, hvd.init)
+// nothing is watched, and a program that never reports (not using @hvd.elastic.run or
+// hvd::elastic::run) is never stopped by the watchdog.
 #pragma once
 
 #include <map>
