@@ -36,6 +36,8 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
   if (capacity_ == 0) return std::nullopt;
   auto it = by_name_.find(params.name);
   if (it != by_name_.end()) {  // re-negotiated with new parameters: replace in place
+    grouped_ += static_cast<size_t>(!params.group.empty()) -
+                static_cast<size_t>(!entries_[it->second].params.group.empty());
     entries_[it->second].params = params;
     entries_[it->second].response = response;
     touch(it->second);
@@ -49,6 +51,7 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
   uint32_t bit = free_bits_.back();
   free_bits_.pop_back();
   Entry& e = entries_[bit];
+  if (!params.group.empty()) ++grouped_;
   e.params = params;
   e.response = response;
   e.used = true;
@@ -67,6 +70,7 @@ void ResponseCache::touch(uint32_t bit) {
 void ResponseCache::erase(uint32_t bit) {
   Entry& e = entries_.at(bit);
   if (!e.used) return;
+  if (!e.params.group.empty()) --grouped_;
   by_name_.erase(e.params.name);
   lru_.erase(e.lru_pos);
   e.used = false;

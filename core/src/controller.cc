@@ -20,10 +20,13 @@ constexpr uint64_t kFlagPendingNames = 8;  // rank 0 asks for every rank's pendi
 constexpr uint64_t kFlagLateQuery = 16;    // rank 0 asks who was late (controller_late.cc)
 constexpr uint64_t kFlagAges = 32;         // rank 0 records late ranks: note ready ages
 
+// Grouped allreduces are cached too, whole (controller_groups.cc); other grouped collectives
+// (whose cached responses would name every member) always go through rank 0.
 bool cacheable(const Request& r) {
-  return r.group.empty() && r.refused.empty() &&
-         (r.op == OpType::kAllreduce || r.op == OpType::kBroadcast || r.op == OpType::kAllgather ||
-          r.op == OpType::kAlltoall || r.op == OpType::kReducescatter);
+  if (!r.refused.empty()) return false;
+  if (!r.group.empty()) return r.op == OpType::kAllreduce;
+  return r.op == OpType::kAllreduce || r.op == OpType::kBroadcast || r.op == OpType::kAllgather ||
+         r.op == OpType::kAlltoall || r.op == OpType::kReducescatter;
 }
 
 // allgather / alltoall / reducescatter: the response agreed when the entry was cached (every
@@ -150,30 +153,38 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
 void Controller::decode_round(const std::vector<uint64_t>& words, size_t nw,
                               const std::vector<int>& joined, RoundResult* out) {
   // Entries some rank contradicted: evicted everywhere, their pending requests re-sent.
+  bool erased = false;
   for (size_t w = 0; w < nw; ++w) {
     uint64_t inv = ~words[1 + nw + w];
     while (inv) {
       uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(inv));
       inv &= inv - 1;
       cache_.erase(b);
+      erased = true;
       if (TensorEntry* e = take_pending(b)) uncached_.push_back(e);
     }
   }
+  if (erased && cache_.grouped() > 0) drop_partial_groups();
   // Ready everywhere through the cache.
+  ready_bits_.clear();
   for (size_t w = 0; w < nw; ++w) {
     uint64_t ready = words[1 + w] & words[1 + nw + w];
     while (ready) {
-      uint32_t b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(ready));
+      const auto b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(ready));
       ready &= ready - 1;
-      TensorEntry* e = take_pending(b);
-      const OpType op = cache_.at(b).op;
-      if (e && (op == OpType::kAllreduce || op == OpType::kBroadcast)) {
-        out->cached.push_back(e);  // the response follows from the request alone
-      } else {
-        out->responses.push_back(cached_response(cache_, b));
-      }
-      cache_.touch(b);
+      if (cache_.contains(b)) ready_bits_.push_back(b);  // not a group member dropped above
     }
+  }
+  if (cache_.grouped() > 0) hold_incomplete_groups(&ready_bits_);
+  for (uint32_t b : ready_bits_) {
+    TensorEntry* e = take_pending(b);
+    const OpType op = cache_.at(b).op;
+    if (e && (op == OpType::kAllreduce || op == OpType::kBroadcast)) {
+      out->cached.push_back(e);  // the response follows from the request alone
+    } else {
+      out->responses.push_back(cached_response(cache_, b));
+    }
+    cache_.touch(b);
   }
 
   // While some rank has joined, the coordinator decides what is ready (it knows who submitted
@@ -270,12 +281,14 @@ std::vector<uint8_t> Controller::coordinate(const std::vector<std::vector<uint8_
 }
 
 void Controller::cache_new_responses(const std::vector<Response>& responses, bool any_joined) {
+  bool changed = false;
   for (const auto& resp : responses) {
     for (const auto& name : resp.names) {
       auto it = sent_.find(name);
       if (it == sent_.end()) continue;
       const Request& mine = it->second->request;
       if (cache_enabled_ && !any_joined && !resp.is_error() && cacheable(mine)) {
+        changed = true;
         if (auto evicted = cache_.put(mine, resp)) {
           if (TensorEntry* p = take_pending(*evicted)) uncached_.push_back(p);
         }
@@ -284,6 +297,7 @@ void Controller::cache_new_responses(const std::vector<Response>& responses, boo
       --waiting_;
     }
   }
+  if (changed && cache_.grouped() > 0) drop_partial_groups();
 }
 
 bool Controller::coordinator_ready(const Pending& p, const std::vector<int>& joined) const {

@@ -48,6 +48,8 @@ class ResponseCache {
 
   int64_t capacity() const { return capacity_; }
   size_t size() const { return by_name_.size(); }
+  /// Entries of grouped requests (members of a grouped allreduce).
+  size_t grouped() const { return grouped_; }
   /// Number of 64-bit words needed for a bit vector over all positions.
   size_t num_words() const { return static_cast<size_t>((capacity_ + 63) / 64); }
 
@@ -63,6 +65,7 @@ class ResponseCache {
   std::unordered_map<std::string, uint32_t> by_name_;
   std::list<uint32_t> lru_;          // front = most recent
   std::vector<uint32_t> free_bits_;  // kept sorted descending; back() is lowest
+  size_t grouped_ = 0;               // entries whose params.group is set
 };
 
 }  // namespace hvd::core

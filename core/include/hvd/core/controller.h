@@ -160,6 +160,12 @@ class Controller {
   void coordinator_emit(const std::string& name, int last_rank, std::vector<Response>* ready);
   void coordinator_fail_groups(const std::vector<int>& joined, std::vector<Response>* ready);
   void cache_new_responses(const std::vector<Response>& responses, bool any_joined);
+  /// Groups are cached whole or not at all (controller_groups.cc): after the cache changed,
+  /// the members of every group not wholly cached are evicted (on every rank alike: the caches
+  /// are equal) and their pending requests go to rank 0, as the whole group's will.
+  void drop_partial_groups();
+  /// Of `ready` (bits ready everywhere), keeps pending the members of groups not wholly ready.
+  void hold_incomplete_groups(std::vector<uint32_t>* ready);
   void set_pending(uint32_t bit, TensorEntry* e);
   TensorEntry* take_pending(uint32_t bit);
   /// Marks cached requests pending for the stall threshold invalid (re-sent through rank 0).
@@ -180,6 +186,7 @@ class Controller {
   std::vector<uint64_t> pending_words_;
   size_t num_pending_ = 0;
   std::set<uint32_t> invalid_bits_;                     // cache entries my requests contradict
+  std::vector<uint32_t> ready_bits_;                    // decode_round's, kept for its capacity
   int64_t waiting_ = 0;                                 // sent to rank 0, no response yet
   std::unordered_map<std::string, TensorEntry*> sent_;  // name -> my entry sent to rank 0
   bool joined_ = false;                                 // join() submitted, not yet answered
