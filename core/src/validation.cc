@@ -3,6 +3,7 @@
 #include "hvd/core/validation.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -252,9 +253,9 @@ Response build_response(const std::vector<Request>& per_rank, int set_size,
     bool (*same)(const Request&, const Request&);
     std::string (*text)(const Request&);
   };
-  Check checks[10];
+  std::array<Check, 10> checks{};
   size_t n_checks = 0;
-  auto add = [&](Check c) { checks[n_checks++] = c; };
+  auto add = [&](Check c) { checks.at(n_checks++) = c; };  // more than 10: throws, never overruns
   add({"operation", [](const Request& a, const Request& b) { return a.op == b.op; },
        [](const Request& r) { return std::string(op_name(r.op)); }});
   add({"dtype", [](const Request& a, const Request& b) { return a.dtype == b.dtype; },
