@@ -28,7 +28,12 @@ snapshot, at a commit step, on a rank that writes one: local rank 0) and a --dea
 the deadline kept under --keep); every job must end with exit 0, all its steps and each epoch
 covering every sample exactly once.
 --commit-cost: no kill; rank 0's step times (without the commit) and commit times at one
-commit per step, per 10 steps and never (only at the epoch's end), 4096 samples, 3 jobs each.
+commit per step, per 10 steps and never (only at the epoch's end), one epoch of 4096 samples,
+5 jobs each (interleaved), plain steps (train_elastic.py --no-coverage: no allgather of the
+sample indices, no index list in the state). A commit's share of a step = its median / K / the
+median step of the same job (so both see the same load), in elapsed and in CPU time of rank 0's
+main thread (load-proof: waiting for the CPU is not counted); also the wall time per step
+(rank 0's loop, commits included) against the jobs without commits.
 
 usage: elastic_bench.py HVDRUN PYTHON [--np N] [--kills K] [--hosts] [--random] [--deadline S]
                         [--commit-every K] [--keep DIR] [--seed S] [--commit-cost]"""
@@ -226,35 +231,47 @@ def resume_bench(tmp):
 
 
 def commit_cost(tmp):
-    samples = 4096  # 64 steps at np 2
+    samples, reps, never = 4096, 5, 10**9  # 64 steps at np 2
     runs = {}
-    for every in (1, 10, 10**9):
-        for rep in range(3):
+    for rep in range(reps):  # the runs of each K interleaved: alike under a changing load
+        for every in (never, 1, 10):
             out = os.path.join(tmp, f"cost{every}-{rep}")
-            p = subprocess.run(train_cmd(out, ["--time-steps"], every, samples, 1),
+            flags = ["--time-steps", "--no-coverage"]
+            p = subprocess.run(train_cmd(out, flags, every, samples, 1),
                                capture_output=True, text=True, timeout=300)
             if p.returncode != 0:
                 sys.exit(f"commit-cost job failed ({p.returncode}):\n{p.stderr[-3000:]}")
             ev = [(t, x) for t, g, r, x in read_events(out) if r == 0]
-            steps = [(t, float(x.split()[3])) for t, x in ev if x.startswith("step ")][3:]
-            commits = [float(x.split("took ")[1].split()[0]) for _, x in ev
-                       if x.startswith("commit ")]
-            wall = (steps[-1][0] - steps[0][0]) / (len(steps) - 1)
-            runs.setdefault(every, []).append((statistics.median(s for _, s in steps),
-                                               statistics.median(commits) if commits else 0,
-                                               1e3 * wall))
-    base_step = statistics.median(r[0] for r in runs[10**9])
-    base_wall = statistics.median(r[2] for r in runs[10**9])
-    print(f"commit cost, np {NP}, CNN: median step without commits {base_step:.2f} ms "
-          f"(rank 0; wall time per step {base_wall:.2f} ms incl. the loop's other work)")
+            # "step S took MS ms cpu MS ms", "commit C at step S took MS ms cpu MS ms"
+            steps = [(t, x.split()) for t, x in ev if x.startswith("step ")][3:]
+            commits = [x.split() for _, x in ev if x.startswith("commit ")]
+            step = statistics.median(float(w[3]) for _, w in steps)
+            step_cpu = statistics.median(float(w[6]) for _, w in steps)
+            commit = statistics.median(float(w[6]) for w in commits) if commits else 0.0
+            commit_cpu = statistics.median(float(w[9]) for w in commits) if commits else 0.0
+            wall = 1e3 * (steps[-1][0] - steps[0][0]) / (len(steps) - 1)
+            runs.setdefault(every, []).append((step, commit, wall, commit / every / step,
+                                               step_cpu, commit_cpu,
+                                               commit_cpu / every / step_cpu))
+            print(f"job {rep + 1}/{reps}, " +
+                  ("no commits" if every == never else f"a commit per {every} step(s)") +
+                  f": step median {step:.2f} ms (cpu {step_cpu:.2f}), commit median "
+                  f"{commit:.2f} ms (cpu {commit_cpu:.2f}), wall time per step {wall:.2f} ms",
+                  flush=True)
+
+    def med(every, i):
+        return statistics.median(r[i] for r in runs[every])
+
+    print(f"commit cost, np {NP}, CNN, medians of {reps} jobs each: step without commits "
+          f"{med(never, 0):.2f} ms, cpu {med(never, 4):.2f} ms (rank 0's main thread, the commit "
+          f"excluded; wall time per step {med(never, 2):.2f} ms)")
     for every in (1, 10):
-        step = statistics.median(r[0] for r in runs[every])
-        commit = statistics.median(r[1] for r in runs[every])
-        wall = statistics.median(r[2] for r in runs[every])
-        print(f"  one commit per {every} step(s): commit median {commit:.2f} ms = "
-              f"{100 * commit / every / base_step:.1f}% of a step; step median {step:.2f} ms; "
-              f"wall time per step {wall:.2f} ms = {100 * (wall / base_wall - 1):+.1f}% vs no "
-              "commits")
+        print(f"  one commit per {every} step(s): commit {med(every, 1):.2f} ms = "
+              f"{100 * med(every, 3):.1f}% of a step (commit / {every} / the same job's step "
+              f"median); cpu: commit {med(every, 5):.2f} ms = {100 * med(every, 6):.1f}% of a "
+              f"step's; step {med(every, 0):.2f} ms (cpu {med(every, 4):.2f}); wall time per "
+              f"step {med(every, 2):.2f} ms = {100 * (med(every, 2) / med(never, 2) - 1):+.1f}% "
+              "vs no commits")
     return 0
 
 
