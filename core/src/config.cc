@@ -35,11 +35,11 @@ const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
 const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
 // Variables other parts of hvd read through their own layers (the launcher's test hosts, the
 // soak test, elastic mode's Python layer, rank wrapper and ElasticConfig, set by hvdrun --min-np).
-const char* const kOtherKnown[] = {"HVD_TESTHOSTS_PREFIX",        "HVD_TESTHOSTS_SUBNET",
-                                   "HVD_TESTHOSTS_DIR",           "HVD_SOAK_ITERATIONS",
-                                   "HVD_ELASTIC_STATE_DIR",       "HVD_ELASTIC_GENERATION",
-                                   "HVD_ELASTIC_COMPLETION_FILE", "HVD_ELASTIC_PROGRESS_FILE",
-                                   "HVD_ELASTIC_STEP_TIMEOUT",    "HVD_ELASTIC_HOSTS_FILE"};
+const char* const kOtherKnown[] = {
+    "HVD_TESTHOSTS_PREFIX",      "HVD_TESTHOSTS_SUBNET",        "HVD_TESTHOSTS_DIR",
+    "HVD_TESTHOSTS_PRIVATE_TMP", "HVD_SOAK_ITERATIONS",         "HVD_ELASTIC_STATE_DIR",
+    "HVD_ELASTIC_GENERATION",    "HVD_ELASTIC_COMPLETION_FILE", "HVD_ELASTIC_PROGRESS_FILE",
+    "HVD_ELASTIC_STEP_TIMEOUT",  "HVD_ELASTIC_HOSTS_FILE"};
 
 class Reader {
  public:
