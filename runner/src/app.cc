@@ -194,6 +194,7 @@ int launch(const Options& o) {
   spec.ssh_identity = o.ssh_identity;
   spec.output_dir = o.output_dir;
   spec.command = o.command;
+  spec.yield_when_idle = !sets_mca_param(env_entries, "mpi_yield_when_idle");
   std::vector<std::string> nccl_names;
   for (const auto& i : o.network_interfaces) {
     spec.mpi_interfaces.push_back(i);

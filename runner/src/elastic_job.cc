@@ -188,6 +188,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     spec.env = forwarded_env(o, job.environ_entries, net.nccl_names);
     for (auto& e : elastic_env(dir, generation)) spec.env.push_back(e);
     spec.elastic = true;
+    spec.yield_when_idle = !sets_mca_param(job.environ_entries, "mpi_yield_when_idle");
     char heartbeat[32];
     std::snprintf(heartbeat, sizeof heartbeat, "%g", o.heartbeat_timeout_s);
     spec.wrapper = {job.self,

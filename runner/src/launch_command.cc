@@ -23,6 +23,7 @@ std::vector<std::string> build_mpirun_command(const LaunchSpec& s) {
     c.insert(c.end(), {"--mca", "plm_rsh_agent", ssh_agent_command(s.ssh_port, s.ssh_identity)});
   }
   if (s.elastic) c.insert(c.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
+  if (s.yield_when_idle) c.insert(c.end(), {"--mca", "mpi_yield_when_idle", "1"});
   if (!s.mpi_interfaces.empty()) {
     std::string list;
     for (const auto& i : s.mpi_interfaces) list += (list.empty() ? "" : ",") + i;
@@ -40,6 +41,14 @@ std::vector<std::string> build_mpirun_command(const LaunchSpec& s) {
   c.insert(c.end(), s.wrapper.begin(), s.wrapper.end());
   c.insert(c.end(), s.command.begin(), s.command.end());
   return c;
+}
+
+bool sets_mca_param(const std::vector<std::string>& environ, const std::string& param) {
+  const std::string prefix = "OMPI_MCA_" + param + "=";
+  for (const auto& e : environ) {
+    if (e.compare(0, prefix.size(), prefix) == 0) return true;
+  }
+  return false;
 }
 
 std::string shell_quote(const std::string& w) {

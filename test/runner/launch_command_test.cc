@@ -26,6 +26,9 @@ TEST_CASE("localhost job as root: oversubscribe, tagged output, no ssh agent", "
                                          "--bind-to",
                                          "none",
                                          "--oversubscribe",
+                                         "--mca",
+                                         "mpi_yield_when_idle",
+                                         "1",
                                          "--tag-output",
                                          "-x",
                                          "PATH",
@@ -63,6 +66,9 @@ TEST_CASE("two hosts as a user: ssh agent with port and key, interfaces, output 
                    "plm_rsh_agent",
                    "ssh -o BatchMode=yes -p 2222 -i '/home/u/.ssh/id ed'",
                    "--mca",
+                   "mpi_yield_when_idle",
+                   "1",
+                   "--mca",
                    "oob_tcp_if_include",
                    "10.0.0.0/24",
                    "--mca",
@@ -95,6 +101,25 @@ TEST_CASE("an elastic generation is torn down without Open MPI's TERM-to-KILL wa
   CHECK_FALSE(has_fast_kill(build_mpirun_command(s)));  // a plain job keeps the grace period
   s.elastic = true;
   CHECK(has_fast_kill(build_mpirun_command(s)));
+}
+
+TEST_CASE("MPI's waits yield the core unless the user's environment says otherwise", "[unit]") {
+  LaunchSpec s;
+  s.np = 2;
+  s.hosts = {{"localhost", 2}};
+  s.command = {"./train"};
+  auto yields = [](const Words& w) {
+    for (size_t i = 0; i + 2 < w.size(); ++i) {
+      if (w[i] == "--mca" && w[i + 1] == "mpi_yield_when_idle") return w[i + 2] == "1";
+    }
+    return false;
+  };
+  CHECK(yields(build_mpirun_command(s)));
+  CHECK_FALSE(
+      sets_mca_param({"PATH=/bin", "OMPI_MCA_mpi_yield_when_idle_x=0"}, "mpi_yield_when_idle"));
+  CHECK(sets_mca_param({"PATH=/bin", "OMPI_MCA_mpi_yield_when_idle=0"}, "mpi_yield_when_idle"));
+  s.yield_when_idle = false;  // what hvdrun sets when the environment has the parameter
+  CHECK_FALSE(yields(build_mpirun_command(s)));
 }
 
 TEST_CASE("ssh agent command and shell quoting", "[unit]") {

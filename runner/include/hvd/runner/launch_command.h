@@ -31,7 +31,17 @@ struct LaunchSpec {
   // Open MPI kills the other ranks' wrappers without its 1 s wait between TERM and KILL
   // (odls_base_sigkill_timeout 0), which took 1.0 of the 1.1 s of a generation's teardown.
   bool elastic = false;
+  // MPI's waits yield the core (`--mca mpi_yield_when_idle 1`) unless the user's environment
+  // sets OMPI_MCA_mpi_yield_when_idle (see sets_mca_param): each rank has a compute thread and
+  // hvd's background thread, which polls MPI while it waits for a peer; where they share cores
+  // with the other ranks, spinning took the compute threads' time (ResNet-18 at np 2 on 2
+  // cores: 0.82 -> 0.93 of no-comm, docs/performance.md).
+  bool yield_when_idle = true;
 };
+
+// True when `environ` ("NAME=VALUE" entries) sets the Open MPI parameter `param`
+// (OMPI_MCA_<param>): hvdrun then leaves it to the user's value.
+bool sets_mca_param(const std::vector<std::string>& environ, const std::string& param);
 
 // The ssh command Open MPI uses to start its daemons: ssh -o BatchMode=yes [-p P] [-i ID].
 std::string ssh_agent_command(int ssh_port, const std::string& identity);
