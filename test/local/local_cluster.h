@@ -520,6 +520,13 @@ Handle submit(Runtime& rt, const std::string& name, Tensor<T>& t, const Opts& o 
   return rt.enqueue(std::move(e));
 }
 
+/// A cluster configuration with a response cache of `capacity` entries.
+inline Config with_cache(int64_t capacity) {
+  Config cfg;
+  cfg.cache_capacity = capacity;
+  return cfg;
+}
+
 /// hvd::join() on one rank of the cluster: the handle's state()->result is the last rank.
 inline Handle submit_join(Runtime& rt) {
   TensorEntry e;

@@ -23,12 +23,6 @@ void allreduce_round(Cluster& c, const std::string& name, size_t len, int base) 
   }
 }
 
-Config with_cache(int64_t capacity) {
-  Config cfg;
-  cfg.cache_capacity = capacity;
-  return cfg;
-}
-
 }  // namespace
 
 TEST_CASE("a repeated allreduce is served from the cache without a gather", "[local]") {

@@ -45,12 +45,6 @@ void group_round(Cluster& c, const std::string& group, int size, size_t len, int
   }
 }
 
-Config with_cache(int64_t capacity) {
-  Config cfg;
-  cfg.cache_capacity = capacity;
-  return cfg;
-}
-
 }  // namespace
 
 TEST_CASE("a repeated grouped allreduce is served from the cache without a gather", "[local]") {
