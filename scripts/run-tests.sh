@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Every test tier of the release build, then core + MPI tests, hvdrun's unit tests and a short
-# elastic job under ASan+UBSan, the [local] tier under TSan, and the lint checks. Called by
-# `make test`.
+# Every test tier of the release build (the clean-host install test in the background while the
+# sanitizer builds compile), then core + MPI tests, hvdrun's unit tests and a short elastic job
+# under ASan+UBSan, the [local] tier under TSan, and the lint checks. Called by `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -13,25 +13,55 @@ fail=0
 
 step() { printf '\n==== %s ====\n' "$*"; }
 
-step "all tiers (release build)"
-# Skipped tests (the GPU cases without a device: exit status 77, SKIP_RETURN_CODE) are neither
-# passed nor failed: the summary at the end names them.
+# The names of the tests a ctest log lists as skipped (exit status 77, SKIP_RETURN_CODE: the GPU
+# cases without a device): neither passed nor failed, the summary at the end names them.
+skipped_in() { sed -n 's/^[[:space:]]*[0-9]* - \(.*\) (Skipped)$/\1/p' "$1" | tr '\n' ' '; }
+
+step "all tiers (release build), but the clean-host install test"
 set +e
-ctest --test-dir "$BUILD" --output-on-failure 2>&1 | tee "$BUILD/ctest-all-tiers.log"
+ctest --test-dir "$BUILD" --output-on-failure -E '^install\.clean_host$' 2>&1 |
+  tee "$BUILD/ctest-all-tiers.log"
 rc=${PIPESTATUS[0]}
 set -e
 [[ $rc -eq 0 ]] || fail=1
-skipped=$(sed -n 's/^[[:space:]]*[0-9]* - \(.*\) (Skipped)$/\1/p' "$BUILD/ctest-all-tiers.log" |
-  tr '\n' ' ')
+skipped=$(skipped_in "$BUILD/ctest-all-tiers.log")
+
+# The clean-host test (a debootstrapped Debian root: mostly downloads and package unpacking on a
+# fresh machine) runs while the sanitizer builds compile; its output is printed once it ends.
+step "install.clean_host: started in the background ($BUILD/ctest-clean-host.log)"
+setsid ctest --test-dir "$BUILD" --output-on-failure -R '^install\.clean_host$' \
+  >"$BUILD/ctest-clean-host.log" 2>&1 &
+clean_host_pid=$!
+clean_host_done=0
+# A failed build below ends this script (set -e): the test's process group goes with it.
+trap '[[ $clean_host_done -eq 1 ]] || kill -- -"$clean_host_pid" 2>/dev/null || true' EXIT
+finish_clean_host() {
+  [[ $clean_host_done -eq 0 ]] || return 0
+  clean_host_done=1
+  local crc=0
+  wait "$clean_host_pid" || crc=$?
+  step "install.clean_host (release build)"
+  cat "$BUILD/ctest-clean-host.log"
+  [[ $crc -eq 0 ]] || fail=1
+  skipped+=$(skipped_in "$BUILD/ctest-clean-host.log")
+}
 
 if [[ "${HVD_SKIP_SANITIZERS:-0}" != 1 ]]; then
-  step "ASan+UBSan: unit, local, mpi"
+  step "ASan+UBSan and TSan builds"
   cmake --preset asan >/dev/null
   cmake --build build-asan -j "$JOBS" --target hvd_unit_tests hvd_local_tests hvd_mpi_tests \
     hvd_shutdown_race_test \
     hvd_lifecycle_test hvd_dead_rank_test hvd_device_select_test hvd_stall_test \
     hvd_stall_shutdown_test hvd_fault_test hvd_soak_test hvd_timeline_probe hvd_timeline_signal_test \
     hvdrun hvd_runner_unit_tests hvd_elastic_store_job
+  # hvdrun's [local] control-server test (runner.local) is not built under TSan: hvdrun is
+  # single-threaded; its tests run in the release and ASan passes.
+  cmake --preset tsan >/dev/null
+  cmake --build build-tsan -j "$JOBS" --target hvd_local_tests hvd_soak_test hvd_timeline_signal_test
+  # The timed sanitizer tests run alone on the machine.
+  finish_clean_host
+
+  step "ASan+UBSan: unit, local, mpi"
   # Open MPI itself leaks at exit: leak checking is off; memory errors and UB still abort. The
   # soak runs at its small size here (label soak_small); libtorch is not built. hvdrun is, for
   # hvdrun's [unit] tests (runner.unit: parsing, planning, the elastic host and watchdog logic)
@@ -47,14 +77,12 @@ if [[ "${HVD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   unset ASAN_OPTIONS UBSAN_OPTIONS
 
   step "TSan: local, and the soak at its small size"
-  # hvdrun's [local] control-server test (runner.local) is not built here: hvdrun is
-  # single-threaded; its tests run in the release and ASan passes.
-  cmake --preset tsan >/dev/null
-  cmake --build build-tsan -j "$JOBS" --target hvd_local_tests hvd_soak_test hvd_timeline_signal_test
   # Open MPI is not built with TSan: test/tsan/openmpi.supp hides what happens inside it.
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/test/tsan/openmpi.supp \
     ctest --test-dir build-tsan --output-on-failure -L 'local|soak_small' -E '^runner\.' || fail=1
 fi
+
+finish_clean_host
 
 if grep -rqs '#define HVD_HAVE_NCCL 1' "$BUILD" --include=config.h; then
   step "GPU check bundle: built, then run with Open MPI, PMIx and the CUDA toolkit hidden"

@@ -104,10 +104,16 @@ def main():
         assert s["collectives_ms"] > 0 and s["duration_ms"] >= s["collectives_ms"]
     assert got["median"]["copies_ms"] > 0
     assert got["median"]["duration_ms"] > 2.0  # the probe computes 2 ms per step
-    # Rank 1 is 3 ms late with grad.7 in every step: it is the most frequent of the 20 longest
-    # waits (slow rounds under load or a sanitizer push other tensors' waits above some of them).
+    # Rank 1 is 3 ms late with grad.7 in every step: its median wait is the longest of the eight
+    # tensors', and it is among the 20 longest waits the tool lists (under a sanitizer on a loaded
+    # machine, slow rounds push other tensors' occasional waits above most of grad.7's).
+    def median_wait(name):
+        w = sorted(dict(c)["wait"].get("dur", 0) for c in per[name])
+        return w[len(w) // 2]
+    medians = {"grad.%d" % i: median_wait("grad.%d" % i) for i in range(8)}
+    assert max(medians, key=medians.get) == "grad.7", medians
     top = [w["name"] for w in got["longest_waits"]]
-    assert len(top) == 20 and max(set(top), key=top.count) == "grad.7", top
+    assert len(top) == 20 and "grad.7" in top, top
     assert max(w["wait_ms"] for w in got["longest_waits"] if w["name"] == "grad.7") >= 2.5
     assert [1] in [w["late_ranks"] for w in got["longest_waits"] if w["name"] == "grad.7"]
 
