@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The launcher's flow: parse, plan, preflight, build the mpirun command, supervise.
-#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -143,11 +141,6 @@ int launch_elastic(const Options& o, const std::optional<SlurmAllocation>& alloc
   job.cwd = cwd;
   job.path = path;
   job.token = random_token();
-  char grace[32];
-  std::snprintf(grace, sizeof grace, "%g", o.grace_period_s);
-  char heartbeat[32];
-  std::snprintf(heartbeat, sizeof heartbeat, "%g", o.heartbeat_timeout_s);
-  job.grace = grace;
   job.environ_entries = environ_entries();
   boost::asio::io_context io;
   ControlServer server(io, job.token);
@@ -175,35 +168,16 @@ int launch(const Options& o) {
     if (!is_local_host(h.name, own) && h.name != own_short) remote.push_back(h.name);
   }
   const bool all_local = remote.empty();
-  if (o.min_np > 0 && !all_local) {
-    throw UsageError(
-        "--min-np: elastic mode runs on this machine only so far (multi-host "
-        "elastic is not done yet, docs/elastic.md); drop -H/--hostfile");
-  }
   const std::string self = self_executable();
   const std::string token = random_token();
   const std::vector<std::string> env_entries = environ_entries();
 
-  LaunchSpec spec;
-  spec.np = np;
-  spec.hosts = used;
-  spec.all_local = all_local;
-  spec.in_slurm_allocation = alloc.has_value();
-  spec.as_root = geteuid() == 0;
-  spec.ssh_port = o.ssh_port;
-  spec.ssh_identity = o.ssh_identity;
-  spec.output_dir = o.output_dir;
-  spec.command = o.command;
-  spec.yield_when_idle = !sets_mca_param(env_entries, "mpi_yield_when_idle");
+  LaunchSpec spec = base_launch_spec(o, np, used, all_local, alloc.has_value(), env_entries);
   std::vector<std::string> nccl_names;
   for (const auto& i : o.network_interfaces) {
     spec.mpi_interfaces.push_back(i);
     if (i.find('/') == std::string::npos) nccl_names.push_back(i);
   }
-  char grace[32];
-  std::snprintf(grace, sizeof grace, "%g", o.grace_period_s);
-  char heartbeat[32];
-  std::snprintf(heartbeat, sizeof heartbeat, "%g", o.heartbeat_timeout_s);
 
   if (o.dry_run) {
     print_plan(used, all_local);
@@ -212,14 +186,8 @@ int launch(const Options& o) {
                 << " remote host(s) and choose the network; not run with --dry-run)\n";
     }
     spec.env = forwarded_env(o, env_entries, nccl_names);
-    spec.wrapper = {self,
-                    "--rank-wrapper",
-                    all_local ? "127.0.0.1:<port>" : "<master>:<port>",
-                    "<token>",
-                    grace,
-                    "0",
-                    heartbeat,
-                    "--"};
+    spec.wrapper = rank_wrapper_prefix(self, all_local ? "127.0.0.1:<port>" : "<master>:<port>",
+                                       "<token>", o, 0);
     std::cout << shell_join(build_mpirun_command(spec)) << "\n";
     return kExitOk;
   }
@@ -237,7 +205,7 @@ int launch(const Options& o) {
   nccl_names = net.nccl_names;
   const std::string connect = wrapper_connect_list(net.wrapper_addresses, server.port());
   spec.env = forwarded_env(o, env_entries, nccl_names);
-  spec.wrapper = {self, "--rank-wrapper", connect, token, grace, "0", heartbeat, "--"};
+  spec.wrapper = rank_wrapper_prefix(self, connect, token, o, 0);
   SuperviseConfig sc;
   sc.mpirun_argv = build_mpirun_command(spec);
   sc.np = np;

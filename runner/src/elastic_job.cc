@@ -174,31 +174,15 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     }
     known = net.checked;
     // 3. The generation, with the host source watched every 250 ms.
-    LaunchSpec spec;
-    spec.np = plan.np;
-    spec.hosts = plan.used;
-    spec.all_local = remote.empty();
-    spec.in_slurm_allocation = job.in_slurm_allocation;
-    spec.as_root = geteuid() == 0;
-    spec.ssh_port = o.ssh_port;
-    spec.ssh_identity = o.ssh_identity;
-    spec.output_dir = o.output_dir;
-    spec.command = o.command;
+    LaunchSpec spec = base_launch_spec(o, plan.np, plan.used, remote.empty(),
+                                       job.in_slurm_allocation, job.environ_entries);
     spec.mpi_interfaces = net.mpi_interfaces;
     spec.env = forwarded_env(o, job.environ_entries, net.nccl_names);
     for (auto& e : elastic_env(dir, generation)) spec.env.push_back(e);
     spec.elastic = true;
-    spec.yield_when_idle = !sets_mca_param(job.environ_entries, "mpi_yield_when_idle");
-    char heartbeat[32];
-    std::snprintf(heartbeat, sizeof heartbeat, "%g", o.heartbeat_timeout_s);
-    spec.wrapper = {job.self,
-                    "--rank-wrapper",
-                    wrapper_connect_list(net.wrapper_addresses, server.port()),
-                    job.token,
-                    job.grace,
-                    std::to_string(generation),
-                    heartbeat,
-                    "--"};
+    spec.wrapper =
+        rank_wrapper_prefix(job.self, wrapper_connect_list(net.wrapper_addresses, server.port()),
+                            job.token, o, generation);
     SuperviseConfig sc;
     sc.mpirun_argv = build_mpirun_command(spec);
     sc.np = plan.np;

@@ -26,7 +26,6 @@ struct ElasticJob {
   std::string cwd;
   std::string path;
   std::string token;
-  std::string grace;  // --grace-period as text, for the wrappers
   std::vector<std::string> environ_entries;
 };
 

@@ -2,7 +2,49 @@
 // The exact mpirun command line for a planned job.
 #include "hvd/runner/launch_command.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 namespace hvd::runner {
+namespace {
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+}  // namespace
+
+LaunchSpec base_launch_spec(const Options& o, int np, std::vector<HostSlots> hosts, bool all_local,
+                            bool in_slurm_allocation, const std::vector<std::string>& environ) {
+  LaunchSpec spec;
+  spec.np = np;
+  spec.hosts = std::move(hosts);
+  spec.all_local = all_local;
+  spec.in_slurm_allocation = in_slurm_allocation;
+  spec.as_root = geteuid() == 0;
+  spec.ssh_port = o.ssh_port;
+  spec.ssh_identity = o.ssh_identity;
+  spec.output_dir = o.output_dir;
+  spec.command = o.command;
+  spec.yield_when_idle = !sets_mca_param(environ, "mpi_yield_when_idle");
+  return spec;
+}
+
+std::vector<std::string> rank_wrapper_prefix(const std::string& self, const std::string& connect,
+                                             const std::string& token, const Options& o,
+                                             int generation) {
+  return {self,
+          "--rank-wrapper",
+          connect,
+          token,
+          seconds_text(o.grace_period_s),
+          std::to_string(generation),
+          seconds_text(o.heartbeat_timeout_s),
+          "--"};
+}
 
 std::string ssh_agent_command(int ssh_port, const std::string& identity) {
   std::string cmd = "ssh -o BatchMode=yes";

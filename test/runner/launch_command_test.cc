@@ -2,6 +2,8 @@
 // [unit] the exact mpirun command lines and the forwarded environment.
 #include "hvd/runner/launch_command.h"
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "hvd/runner/errors.h"
@@ -180,4 +182,39 @@ TEST_CASE("-x of a variable not set here says how to fix it", "[unit]") {
     CHECK(std::string(e.what()) ==
           "-x NOPE: NOPE is not set here; set it first or write -x NOPE=value");
   }
+}
+
+TEST_CASE("a launch's common fields come from the options, the plan and the environment",
+          "[unit]") {
+  Options o;
+  o.ssh_port = 2222;
+  o.ssh_identity = "/k";
+  o.output_dir = "logs";
+  o.command = {"./train"};
+  LaunchSpec s = base_launch_spec(o, 3, {{"a", 2}, {"b", 1}}, false, true, {"PATH=/bin"});
+  CHECK(s.np == 3);
+  CHECK(format_host_list(s.hosts) == "a:2,b:1");
+  CHECK_FALSE(s.all_local);
+  CHECK(s.in_slurm_allocation);
+  CHECK(s.as_root == (geteuid() == 0));
+  CHECK(s.ssh_port == 2222);
+  CHECK(s.ssh_identity == "/k");
+  CHECK(s.output_dir == "logs");
+  CHECK(s.command == Words{"./train"});
+  CHECK(s.yield_when_idle);
+  CHECK_FALSE(s.elastic);  // the elastic job sets it, as the network, env and wrapper
+  CHECK(s.env.empty());
+  CHECK(s.wrapper.empty());
+  // The user's own OMPI_MCA_mpi_yield_when_idle wins: hvdrun adds none.
+  CHECK_FALSE(base_launch_spec(o, 1, {{"a", 1}}, true, false, {"OMPI_MCA_mpi_yield_when_idle=0"})
+                  .yield_when_idle);
+}
+
+TEST_CASE("the rank wrapper's prefix carries the grace period, generation and heartbeat",
+          "[unit]") {
+  Options o;
+  o.grace_period_s = 2.5;
+  o.heartbeat_timeout_s = 30;
+  CHECK(rank_wrapper_prefix("/bin/hvdrun", "10.0.0.1:7000", "tok", o, 4) ==
+        Words{"/bin/hvdrun", "--rank-wrapper", "10.0.0.1:7000", "tok", "2.5", "4", "30", "--"});
 }

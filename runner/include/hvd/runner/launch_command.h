@@ -39,6 +39,19 @@ struct LaunchSpec {
   bool yield_when_idle = true;
 };
 
+// The fields every launch fills alike (hvdrun's plain and elastic jobs): `np` ranks on `hosts`,
+// ssh, output, the program and the options from `o`, --allow-run-as-root when root, the Slurm
+// launcher, MPI's yield unless `environ` sets it. The caller adds the network, env and wrapper.
+LaunchSpec base_launch_spec(const Options& o, int np, std::vector<HostSlots> hosts, bool all_local,
+                            bool in_slurm_allocation, const std::vector<std::string>& environ);
+
+// What mpirun runs in front of the program on each rank: `self --rank-wrapper CONNECT TOKEN
+// GRACE GENERATION HEARTBEAT --` (the order run_rank_wrapper parses; GRACE and HEARTBEAT are
+// --grace-period and --heartbeat-timeout from `o`).
+std::vector<std::string> rank_wrapper_prefix(const std::string& self, const std::string& connect,
+                                             const std::string& token, const Options& o,
+                                             int generation);
+
 // True when `environ` ("NAME=VALUE" entries) sets the Open MPI parameter `param`
 // (OMPI_MCA_<param>): hvdrun then leaves it to the user's value.
 bool sets_mca_param(const std::vector<std::string>& environ, const std::string& param);
