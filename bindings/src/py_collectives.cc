@@ -7,6 +7,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <string>
@@ -47,9 +48,7 @@ void maybe_sweep() {
 }
 
 pyb::object wrap(Handle h, pyb::object keep, std::shared_ptr<void> extra = {}) {
-  auto p = std::make_unique<PyHandle>(std::move(h), std::move(keep));
-  p->extra = std::move(extra);
-  return make_handle(std::move(p));
+  return make_handle(std::move(h), std::move(keep), std::move(extra));
 }
 
 /// For outputs whose size negotiation decides: host outputs are hvd's own memory (no
@@ -144,6 +143,14 @@ ReduceOp reduce_op_arg(int op) {
 
 /// A shape given as a tuple (torch.Size is one) or any other sequence of ints.
 bool shape_arg(PyObject* o, Shape* out) {
+  if (PyTuple_Check(o)) {  // subclasses too: PySequence_Fast copies torch.Size into a new list
+    const Py_ssize_t n = PyTuple_GET_SIZE(o);
+    out->resize(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (!int_arg(PyTuple_GET_ITEM(o, i), &(*out)[static_cast<size_t>(i)])) return false;
+    }
+    return true;
+  }
   pyb::object seq = pyb::reinterpret_steal<pyb::object>(PySequence_Fast(o, "shape: a sequence"));
   if (!seq) return false;
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
@@ -205,16 +212,23 @@ PyObject* allreduce_host(PyObject* /*self*/, PyObject* const* args, Py_ssize_t n
 // so no framework is linked. The Python function's own frame and attribute reads took 0.4 us a
 // call, as long as hvd's submission.
 
+/// A tensor attribute read by the fast path: its interned name, and the descriptor found on
+/// the tensor classes (null when it is not a plain getter or method: read by name then).
+struct Attr {
+  PyObject* name = nullptr;
+  PyObject* descr = nullptr;
+};
+
 struct FastAllreduce {
   PyObject* fallback;  // the Python allreduce_async_
   PyObject* dtypes;    // dict: dtype object -> hvd dtype code
   PyObject* global_set;
   PyObject* kw[7];  // interned parameter names, in positional order
-  PyObject* is_cpu;
-  PyObject* is_contiguous;
-  PyObject* dtype;
-  PyObject* data_ptr;
-  PyObject* shape;
+  /// Exact classes whose attributes are read through the descriptors of `classes[0]` (e.g.
+  /// torch.Tensor and torch.nn.Parameter): no attribute lookup (the MRO, the instance dict) per
+  /// read. Instances of any other class are read by name.
+  PyTypeObject* classes[2];
+  Attr is_cpu, is_contiguous, dtype, data_ptr, shape;
 };
 
 constexpr const char* kParams[7] = {"tensor",          "average",          "name",       "op",
@@ -239,9 +253,20 @@ bool scale_arg(PyObject* o, double* out) {
   return !PyErr_Occurred();
 }
 
-/// An attribute of `t` that must be True (a property, or a method called without arguments).
-bool is_true(PyObject* t, PyObject* attr, bool call) {
-  PyObject* v = call ? PyObject_CallMethodNoArgs(t, attr) : PyObject_GetAttr(t, attr);
+/// Attribute `a` of `t` (a new reference): a property's value, or the result of a method called
+/// without arguments (`call`). `direct`: `t` is an instance of one of the classes the
+/// descriptors were found on.
+PyObject* read_attr(PyObject* t, const Attr& a, bool call, bool direct) {
+  if (direct && a.descr) {
+    if (call) return PyObject_Vectorcall(a.descr, &t, 1, nullptr);
+    return Py_TYPE(a.descr)->tp_descr_get(a.descr, t, reinterpret_cast<PyObject*>(Py_TYPE(t)));
+  }
+  return call ? PyObject_CallMethodNoArgs(t, a.name) : PyObject_GetAttr(t, a.name);
+}
+
+/// An attribute of `t` that must be True (see read_attr).
+bool is_true(PyObject* t, const Attr& a, bool call, bool direct) {
+  PyObject* v = read_attr(t, a, call, direct);
   if (!v) return false;
   const bool yes = v == Py_True;
   Py_DECREF(v);
@@ -275,12 +300,15 @@ PyObject* fast_allreduce(const FastAllreduce& f, PyObject* const* a, bool* commo
       return nullptr;
     }
   }
-  if (!is_true(t, f.is_cpu, false) || !is_true(t, f.is_contiguous, true)) return nullptr;
-  pyb::object dt = pyb::reinterpret_steal<pyb::object>(PyObject_GetAttr(t, f.dtype));
+  const bool direct = Py_TYPE(t) == f.classes[0] || Py_TYPE(t) == f.classes[1];
+  if (!is_true(t, f.is_cpu, false, direct) || !is_true(t, f.is_contiguous, true, direct)) {
+    return nullptr;
+  }
+  pyb::object dt = pyb::reinterpret_steal<pyb::object>(read_attr(t, f.dtype, false, direct));
   PyObject* code = dt ? PyDict_GetItemWithError(f.dtypes, dt.ptr()) : nullptr;  // borrowed
   if (!code) return nullptr;
-  pyb::object ptr = pyb::reinterpret_steal<pyb::object>(PyObject_CallMethodNoArgs(t, f.data_ptr));
-  pyb::object shp = pyb::reinterpret_steal<pyb::object>(PyObject_GetAttr(t, f.shape));
+  pyb::object ptr = pyb::reinterpret_steal<pyb::object>(read_attr(t, f.data_ptr, true, direct));
+  pyb::object shp = pyb::reinterpret_steal<pyb::object>(read_attr(t, f.shape, false, direct));
   uintptr_t p = 0;
   int dtype = 0;
   Shape shape;
@@ -322,24 +350,58 @@ PyMethodDef allreduce_async_def = {
     "postscale_factor=1.0, process_set=global_process_set)\n\n"
     "In-place asynchronous allreduce; synchronize(handle) returns `tensor`."};
 
-/// fast_allreduce_(fallback, dtypes, global_set): hvd.torch's allreduce_async_ (see above).
-pyb::object make_fast_allreduce(pyb::object fallback, pyb::dict dtypes, pyb::object global_set) {
+/// `a` named `name`, with its descriptor on `cls` when it is a plain one: a getter with
+/// __get__ (`call` false) or a method descriptor (`call` true); else none (read by name).
+void find_attr(Attr* a, const char* name, PyObject* cls, bool call) {
+  a->name = PyUnicode_InternFromString(name);
+  PyObject* d = PyObject_GetAttr(cls, a->name);
+  if (!d) {
+    PyErr_Clear();
+    return;
+  }
+  const bool plain = call ? Py_IS_TYPE(d, &PyMethodDescr_Type)
+                          : Py_IS_TYPE(d, &PyGetSetDescr_Type) && Py_TYPE(d)->tp_descr_get;
+  if (plain) {
+    a->descr = d;
+  } else {
+    Py_DECREF(d);
+  }
+}
+
+/// fast_allreduce_(fallback, dtypes, global_set, classes): hvd.torch's allreduce_async_ (see
+/// above); `classes`: one or two exact tensor classes whose attributes are those of the first.
+pyb::object make_fast_allreduce(pyb::object fallback, pyb::dict dtypes, pyb::object global_set,
+                                pyb::tuple classes) {
+  if (classes.empty() || classes.size() > 2) throw pyb::value_error("classes: one or two types");
+  for (auto c : classes) {
+    if (!PyType_Check(c.ptr())) throw pyb::type_error("classes: types");
+  }
   auto* f = new FastAllreduce{};  // lives as long as the function (the capsule's destructor)
   f->fallback = fallback.release().ptr();
   f->dtypes = dtypes.release().ptr();
   f->global_set = global_set.release().ptr();
   for (int i = 0; i < 7; ++i) f->kw[i] = PyUnicode_InternFromString(kParams[i]);
-  f->is_cpu = PyUnicode_InternFromString("is_cpu");
-  f->is_contiguous = PyUnicode_InternFromString("is_contiguous");
-  f->dtype = PyUnicode_InternFromString("dtype");
-  f->data_ptr = PyUnicode_InternFromString("data_ptr");
-  f->shape = PyUnicode_InternFromString("shape");
+  for (size_t i = 0; i < 2; ++i) {
+    PyObject* c = classes[std::min(i, classes.size() - 1)].ptr();
+    Py_INCREF(c);
+    f->classes[i] = reinterpret_cast<PyTypeObject*>(c);
+  }
+  PyObject* cls = reinterpret_cast<PyObject*>(f->classes[0]);
+  find_attr(&f->is_cpu, "is_cpu", cls, false);
+  find_attr(&f->is_contiguous, "is_contiguous", cls, true);
+  find_attr(&f->dtype, "dtype", cls, false);
+  find_attr(&f->data_ptr, "data_ptr", cls, true);
+  find_attr(&f->shape, "shape", cls, false);
   pyb::capsule state(f, [](void* p) {
     auto* s = static_cast<FastAllreduce*>(p);
-    PyObject* refs[] = {s->fallback, s->dtypes,        s->global_set, s->kw[0],    s->kw[1],
-                        s->kw[2],    s->kw[3],         s->kw[4],      s->kw[5],    s->kw[6],
-                        s->is_cpu,   s->is_contiguous, s->dtype,      s->data_ptr, s->shape};
+    PyObject* refs[] = {s->fallback, s->dtypes, s->global_set, s->kw[0], s->kw[1],
+                        s->kw[2],    s->kw[3],  s->kw[4],      s->kw[5], s->kw[6]};
     for (PyObject* r : refs) Py_XDECREF(r);
+    for (PyTypeObject* c : s->classes) Py_XDECREF(c);
+    for (Attr* a : {&s->is_cpu, &s->is_contiguous, &s->dtype, &s->data_ptr, &s->shape}) {
+      Py_XDECREF(a->name);
+      Py_XDECREF(a->descr);
+    }
     delete s;
   });
   PyObject* fn = PyCFunction_NewEx(&allreduce_async_def, state.ptr(), nullptr);
@@ -358,8 +420,9 @@ void bind_reductions(pyb::module_& m) {
   if (!f) throw pyb::error_already_set();
   m.add_object("allreduce_host", pyb::reinterpret_steal<pyb::object>(f));
   m.def("fast_allreduce_", &make_fast_allreduce,
-        "fast_allreduce_(fallback, dtypes, global_set): allreduce_async_ with its common case "
-        "in C; every other call goes to `fallback`.");
+        "fast_allreduce_(fallback, dtypes, global_set, classes): allreduce_async_ with its "
+        "common case in C; every other call goes to `fallback`. Instances of the (one or two) "
+        "exact `classes` are read through the first's attribute descriptors.");
   m.def(
       "allreduce_async",
       [](pyb::object keep, uintptr_t ptr, int dtype, Shape shape, int device, uintptr_t stream,

@@ -63,10 +63,11 @@ void sweep_graveyard(bool all);
 /// Dropped handles still waiting for their collective (sweeps the finished ones first).
 size_t graveyard_size();
 
-/// A new Python `Handle` owning `h` (GIL held). The type is a plain CPython type rather than a
-/// pybind11 class: one is made per collective, and pybind11's instance registry made each cost
-/// 0.24 us to create and destroy, as much as hvd's own submission.
-pyb::object make_handle(std::unique_ptr<PyHandle> h);
+/// A new Python `Handle` owning `h`, holding `keep` (and `extra`: memory allocated for a device
+/// output), GIL held. The type is a plain CPython type rather than a pybind11 class: one is made
+/// per collective, and pybind11's instance registry made each cost 0.24 us to create and
+/// destroy, as much as hvd's own submission; the PyHandle lives inside the object.
+pyb::object make_handle(Handle h, pyb::object keep, std::shared_ptr<void> extra = {});
 
 /// The output of a size-deciding collective as a DLPack capsule ("dltensor") that owns it (the
 /// handle's memory is shared, never copied). `dtype_code`/`bits`/`lanes` follow DLPack.

@@ -239,6 +239,58 @@ def test_synchronize_after_poll_returns_the_result_and_may_repeat():
     assert hvd.synchronize(g).tolist() == [float(q) for q in range(N)]
 
 
+def test_synchronize_finishes_any_object_with_a_result_method():
+    """synchronize (in C) returns result(), or calls result().fn(handle) for a Finish, for
+    hvd's handles and for the Python layer's own (sparse) handles alike; errors propagate."""
+    from hvd.common.handles import Finish
+
+    class Plain:
+        def result(self):
+            return "plain"
+
+    class Finished:
+        def result(self):
+            return Finish(lambda h: ("finished", h))
+
+    class Failing:
+        def result(self):
+            raise KeyError("from result")
+
+    assert hvd.synchronize(Plain()) == "plain"
+    f = Finished()
+    assert hvd.synchronize(f) == ("finished", f)
+    with pytest.raises(KeyError, match="from result"):
+        hvd.synchronize(Failing())
+    with pytest.raises(AttributeError):
+        hvd.synchronize(object())
+    h = hvd.allreduce_async(torch.full((2,), float(R + 1)), op=hvd.Sum)
+    h.ctx = Finish(lambda hh: ("ctx", hh is h))
+    assert hvd.synchronize(h) == ("ctx", True)
+
+
+class _SubTensor(torch.Tensor):
+    pass
+
+
+def test_in_place_allreduce_reads_parameters_subclasses_and_any_shape():
+    """allreduce_async_'s C path reads torch.Tensor and Parameter through their attribute
+    descriptors and other classes by name; every shape arrives whole (torch.Size is a tuple
+    subclass)."""
+    p = torch.nn.Parameter(torch.full((2, 3), float(R + 1)))
+    sub = torch.full((4,), float(R + 1)).as_subclass(_SubTensor)
+    cube = torch.full((2, 1, 3), float(R + 1))
+    scalar = torch.tensor(float(R + 1))
+    total = N * (N + 1) / 2
+    with torch.no_grad():
+        assert hvd.synchronize(hvd.allreduce_async_(p, name="fast.param", op=hvd.Sum)) is p
+    assert hvd.synchronize(hvd.allreduce_async_(sub, name="fast.sub", op=hvd.Sum)) is sub
+    assert hvd.synchronize(hvd.allreduce_async_(cube, name="fast.cube", op=hvd.Sum)) is cube
+    assert hvd.synchronize(hvd.allreduce_async_(scalar, name="fast.scalar", op=hvd.Sum)) is scalar
+    assert p.tolist() == [[total] * 3] * 2 and sub.tolist() == [total] * 4
+    assert cube.shape == (2, 1, 3) and cube.flatten().tolist() == [total] * 6
+    assert scalar.item() == total
+
+
 def test_in_place_handles_return_the_tensor_itself():
     y = torch.full((2,), float(R))
     assert hvd.synchronize(hvd.allreduce_async_(y, op=hvd.Max)) is y

@@ -40,12 +40,10 @@ def poll(handle):
     return handle.poll()
 
 
-def synchronize(handle):
-    """Waits for `handle` and returns its output; raises HorovodInternalError on failure."""
-    ctx = handle.result()
-    if type(ctx) is Finish:
-        return ctx.fn(handle)
-    return ctx
+# synchronize(handle): waits for `handle` and returns its output (handle.result(), or
+# result.fn(handle) when the result is a Finish); raises HorovodInternalError on failure. In C:
+# it runs once per collective.
+synchronize = _core.fast_synchronize(Finish)
 
 
 def barrier(process_set=basics.global_process_set):

@@ -105,7 +105,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 # The call made once per gradient: its common case (a contiguous CPU tensor, a plain op, the
 # global process set, no `average`) runs in C; every other call goes to the function above.
 _allreduce_async_py = allreduce_async_
-allreduce_async_ = _core.fast_allreduce_(_allreduce_async_py, _DTYPES, global_process_set)
+allreduce_async_ = _core.fast_allreduce_(_allreduce_async_py, _DTYPES, global_process_set,
+                                         (torch.Tensor, torch.nn.Parameter))
 
 
 @refusing("allreduce")
