@@ -92,6 +92,79 @@ def test_torch_state_restore_brings_back_committed_parameters_and_momentum():
     assert state.batch == 7
 
 
+def test_commits_reuse_the_saved_tensors_and_restores_never_alias_them():
+    model, opt = trained(hvd.rank(), steps=2)
+    state = hvd.elastic.TorchState(model, opt)
+    handlers = state._handlers
+    saved_model = {k: t.data_ptr() for k, t in handlers["model"].saved.items()}
+
+    def train(steps):
+        for _ in range(steps):
+            opt.zero_grad()
+            model(torch.ones(2, 3, dtype=torch.float64)).sum().backward()
+            opt.step()
+
+    train(1)
+    state.commit()
+    committed = ([t.clone() for t in model.state_dict().values()],
+                 [v["momentum_buffer"].clone() for v in opt.state_dict()["state"].values()])
+    # The second save wrote into the first one's tensors (no new allocation per commit).
+    assert {k: t.data_ptr() for k, t in handlers["model"].saved.items()} == saved_model
+    momentum = [v["momentum_buffer"].data_ptr()
+                for v in handlers["optimizer"].saved["state"].values()]
+    state.commit()
+    assert [v["momentum_buffer"].data_ptr()
+            for v in handlers["optimizer"].saved["state"].values()] == momentum
+    for _ in range(2):  # restore, train, restore: training after a restore leaves the commit be
+        train(2)
+        state.restore()
+        assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), committed[0]))
+        assert all(torch.equal(v["momentum_buffer"], m)
+                   for v, m in zip(opt.state_dict()["state"].values(), committed[1]))
+
+
+def test_the_snapshot_payload_brings_back_every_tensor_and_structure():
+    from collections import OrderedDict
+
+    from hvd.torch.elastic import saved
+    g = torch.Generator().manual_seed(7)
+    tensors = {str(d): (torch.randn(3, 4, generator=g) * 9).to(d)
+               for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                         torch.int64, torch.int32, torch.uint8, torch.bool, torch.complex64)}
+    tensors["zero-dim"] = torch.tensor(5.5)
+    tensors["empty"] = torch.zeros(0, 3, dtype=torch.int16)
+    tensors["transposed"] = torch.arange(12.0).reshape(3, 4).t()
+    tensors["grad"] = torch.ones(2, requires_grad=True)  # pickled by torch itself
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    obj = {"tensors": tensors, "model": model.state_dict(), "set": {3, 1, 2},
+           "nested": [(1, "a", None), OrderedDict(b=torch.ones(2))], "epoch": 4}
+    payload = saved.dumps(obj)
+    back = saved.loads(payload)
+    assert set(back["tensors"]) == set(tensors)
+    for name, t in tensors.items():
+        got = back["tensors"][name]
+        assert (got.dtype, got.shape) == (t.dtype, t.shape), name
+        assert torch.equal(got, t.detach()), name
+    assert back["tensors"]["grad"].requires_grad
+    assert back["set"] == {1, 2, 3} and back["epoch"] == 4
+    assert back["nested"][0] == (1, "a", None) and torch.equal(back["nested"][1]["b"],
+                                                                torch.ones(2))
+    assert type(back["model"]) is OrderedDict
+    assert back["model"]._metadata == obj["model"]._metadata  # modules' versions
+    fresh = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    fresh.load_state_dict(back["model"])
+    for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
+        assert torch.equal(a, b), name
+    # The tensors' bytes follow the pickle whole: the payload is barely larger than them.
+    raw = sum(t.numel() * t.element_size() for t in tensors.values())
+    assert len(payload) < raw + 4096
+    # A payload of torch.save loads too.
+    import io
+    buf = io.BytesIO()
+    torch.save({"a": torch.ones(3)}, buf)
+    assert torch.equal(saved.loads(buf.getvalue())["a"], torch.ones(3))
+
+
 def test_torch_state_sync_makes_every_rank_equal_to_rank_0():
     model, opt = trained(hvd.rank(), steps=hvd.rank() + 1)
     state = hvd.elastic.TorchState(model, opt, epoch=hvd.rank() + 10)

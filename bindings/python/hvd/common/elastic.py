@@ -102,7 +102,7 @@ class State:
 
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when rank 0 has seen a host change.
-        Collective (one small broadcast from rank 0), so every rank stops at the same step."""
+        Collective (one 16-byte broadcast from rank 0), so every rank stops at the same step."""
         if self._get_rank() == 0:
             self._poll_launcher_host_updates()
         last, result = self._last_host_update, 0
@@ -111,8 +111,7 @@ class State:
             if timestamp > last:
                 last = timestamp
             result |= int(res)
-        last, result = self._bcast_object((last, result), root_rank=0,
-                                          name="hvd.elastic.host_updates")
+        last, result = _broadcast_host_update(last, result)
         if last > self._last_host_update:
             self._last_host_update = last
             # Only additions: the current workers keep their state (Horovod's skip_sync).
@@ -151,6 +150,17 @@ class State:
         raise NotImplementedError()
 
 
+def _broadcast_host_update(timestamp, bits):
+    """Rank 0's (timestamp of its newest host update, update bits) on every rank: a single
+    broadcast of two float64 (exact for a time.time() stamp and small bit flags), nothing
+    pickled: it runs at every commit."""
+    import numpy as np  # as in hvd.common.basics: numpy only where it is used
+    import hvd.numpy
+    buf = hvd.numpy.broadcast_(np.array([timestamp, bits], dtype=np.float64), root_rank=0,
+                               name="hvd.elastic.host_updates")
+    return float(buf[0]), int(buf[1])
+
+
 class HostUpdateResult:
     """Bit flags of a host change (horovod.runner.elastic.worker.HostUpdateResult)."""
     no_update = 0
@@ -167,8 +177,12 @@ class ObjectState(State):
         self._set_attrs()
         super().__init__(bcast_object, get_rank, allgather_object)
 
+    #: copy_field(value, previous copy): the copy save() keeps (TorchState's reuses tensors).
+    _copy_field = staticmethod(lambda value, previous: copy.deepcopy(value))
+
     def save(self):
-        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
+        old = self._saved_state
+        self._saved_state = {k: self._copy_field(getattr(self, k), old[k]) for k in old}
 
     def restore(self):
         self._set_attrs()

@@ -6,14 +6,12 @@ optimizers, ElasticSampler by default) are saved, restored and synced by their h
 are plain picklable fields (ObjectState). ``set_handler_registry`` adds handlers for other types:
 a list of (type, handler class), first match wins.
 """
-import copy
-import io
-
 import torch
 
 from hvd.common import basics
 from hvd.common.elastic import ObjectState
 from hvd.torch.elastic.sampler import ElasticSampler
+from hvd.torch.elastic.saved import copy_into, dumps, loads
 from hvd.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                                  broadcast_parameters)
 
@@ -41,20 +39,26 @@ class StateHandler:
 
 
 class _StateDictHandler(StateHandler):
-    """A value with state_dict()/load_state_dict(): saved as a deep copy of its state dict."""
+    """A value with state_dict()/load_state_dict(): saved as a deep copy of its state dict,
+    whose tensors are reused at the next save (hvd.torch.elastic.saved.copy_into)."""
 
     def __init__(self, value):
         super().__init__(value)
         self.save()
 
     def save(self):
-        self.saved = copy.deepcopy(self.value.state_dict())
+        self.saved = copy_into(self.value.state_dict(), self.saved)
 
     def restore(self):
-        self.value.load_state_dict(self.saved)
+        # A copy: load_state_dict may keep the tensors it is given (an optimizer's state does
+        # in newer torch), and the next save() writes into the saved ones.
+        self.value.load_state_dict(copy_into(self.saved))
 
 
 class ModelStateHandler(_StateDictHandler):
+    def restore(self):
+        self.value.load_state_dict(self.saved)  # copies into the module's own tensors
+
     def sync(self):
         broadcast_parameters(self.value.state_dict(), root_rank=0)
 
@@ -70,10 +74,10 @@ class SamplerStateHandler(StateHandler):
         self.save()
 
     def save(self):
-        self.saved = copy.deepcopy(self.value.state_dict())
+        self.saved = copy_into(self.value.state_dict())
 
     def restore(self):
-        self.value.load_state_dict(self.saved)
+        self.value.load_state_dict(copy_into(self.saved))
 
     def sync(self):
         # Every rank's processed indices, then rank 0's epoch: all ranks re-partition alike.
@@ -112,6 +116,8 @@ def _handler_for(value):
 
 class TorchState(ObjectState):
     """State of a PyTorch job: ``TorchState(model, optimizer, epoch=0, batch=0, ...)``."""
+
+    _copy_field = staticmethod(copy_into)
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         if model is not None:
@@ -152,13 +158,11 @@ class TorchState(ObjectState):
         super().sync()
 
     def _dumps(self):
-        buf = io.BytesIO()
-        torch.save({"handlers": {k: h.saved for k, h in self._handlers.items()},
-                    "fields": self._saved_state}, buf)
-        return buf.getvalue()
+        return dumps({"handlers": {k: h.saved for k, h in self._handlers.items()},
+                      "fields": self._saved_state})
 
     def _loads(self, payload):
-        data = torch.load(io.BytesIO(payload), map_location="cpu")
+        data = loads(payload)
         missing = sorted(set(self._handlers) - set(data["handlers"]))
         if missing:
             raise ValueError(f"hvd.elastic: the committed snapshot has no state for {missing}; "
