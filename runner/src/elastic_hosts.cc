@@ -157,4 +157,24 @@ std::optional<std::string> host_to_blacklist(const GenerationOutcome& o,
   return host;
 }
 
+std::vector<std::string> spare_hosts_to_check(const std::vector<HostSlots>& hosts,
+                                              const std::vector<HostSlots>& used,
+                                              const Blacklist& blacklist, double now_s,
+                                              const std::vector<std::string>& checked,
+                                              std::string_view own_hostname) {
+  const std::string_view own_short = own_hostname.substr(0, own_hostname.find('.'));
+  auto listed = [](const auto& list, const std::string& name, auto name_of) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& e) { return name_of(e) == name; });
+  };
+  std::vector<std::string> spare;
+  for (const auto& h : hosts) {
+    if (listed(used, h.name, [](const HostSlots& u) { return u.name; })) continue;
+    if (listed(checked, h.name, [](const std::string& c) { return c; })) continue;
+    if (blacklist.blocked(h.name, now_s)) continue;
+    if (is_local_host(h.name, own_hostname) || h.name == own_short) continue;
+    spare.push_back(h.name);
+  }
+  return spare;
+}
+
 }  // namespace hvd::runner

@@ -3,7 +3,9 @@
 //   1. plan: the host source's hosts less the blacklisted ones; wait (up to --elastic-timeout)
 //      until they offer --min-np slots; np = min(--max-np, slots) (plan_generation);
 //   2. preflight the generation's remote hosts not checked before (a host failing it is
-//      blacklisted; replan); every host is checked again after mpirun failed on its own;
+//      blacklisted; replan); every host is checked again after mpirun failed on its own. The
+//      spare hosts (not used by the generation) are checked in the background while it runs,
+//      so that a failed host's replacement launches at once;
 //   3. one mpirun, supervised; every 250 ms the host source is compared with the running
 //      generation (host_update_bits) and a change is sent to every wrapper (HOSTS, wire.h),
 //      which hands it to the program: rank 0 sees it at the next commit() and every rank
@@ -23,6 +25,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "discovery.h"
 #include "hvd/runner/elastic.h"
@@ -111,6 +114,13 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     return discovery ? discovery->hosts() : job.static_hosts;
   };
   std::vector<HostNetwork> known;  // hosts that passed a preflight (re-checked after failures)
+  // Spare hosts' preflights run while a generation runs; kept until the end (their handlers
+  // refer to them while `io` runs), `collected` once their results went into `known`.
+  struct SpareCheck {
+    std::unique_ptr<BackgroundPreflight> run;
+    bool collected = false;
+  };
+  std::vector<SpareCheck> spare_checks;
   auto blacklist_host = [&](const std::string& host, const std::string& why) {
     const double cooldown = blacklist.add(host, now_s());
     known.erase(std::remove_if(known.begin(), known.end(),
@@ -222,6 +232,23 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
       });
     };
     arm();
+    // The spare hosts' preflight, in the background: a later generation that takes one over
+    // (a failed host's replacement) then launches without waiting for that check.
+    std::vector<std::string> checked;  // passed, or being checked now
+    for (const auto& n : known) checked.push_back(n.host);
+    for (const auto& c : spare_checks) {
+      for (const auto& h : c.run->hosts()) {
+        if (!c.collected) checked.push_back(h.host);
+      }
+    }
+    const auto spare =
+        spare_hosts_to_check(hosts_now(), plan.used, blacklist, now_s(), checked, job.own_hostname);
+    if (!spare.empty()) {
+      spare_checks.push_back(
+          {start_spare_preflight(
+               io, o, {spare, server.port(), job.token, job.self, job.cwd, job.path, {}}),
+           false});
+    }
     GenerationOutcome outcome;
     server.set_generation(generation);  // a leftover wrapper of an earlier one is ignored
     supervise(io, server, sc, &outcome);
@@ -229,6 +256,16 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     watch.cancel();
     if (io.stopped()) io.restart();
     io.poll();  // the cancelled wait's handler runs now, while what it captures lives
+
+    for (auto& c : spare_checks) {
+      if (c.collected || !c.run->done()) continue;
+      c.collected = true;
+      for (auto& n : passed_hosts(*c.run)) {
+        const bool listed = std::any_of(known.begin(), known.end(),
+                                        [&](const HostNetwork& k) { return k.host == n.host; });
+        if (!listed && !blacklist.blocked(n.host, now_s())) known.push_back(std::move(n));
+      }
+    }
 
     // 4. Blacklist a failed host, then restart, succeed or give up.
     const bool ok = outcome.exit_code == 0 && outcome.rank0_done;

@@ -4,12 +4,59 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <utility>
 
 #include "hvd/runner/interfaces.h"
 #include "hvd/runner/local_system.h"
 #include "hvd/runner/preflight.h"
 
 namespace hvd::runner {
+namespace {
+
+HostNetwork host_network(const HostResult& h) {
+  return {h.host, h.report.interfaces, h.report.reached};
+}
+
+PreflightConfig preflight_config(const Options& o, const NetworkTarget& t,
+                                 std::vector<std::string> hosts,
+                                 const std::vector<Interface>& master_ifaces) {
+  PreflightConfig pc;
+  pc.hosts = std::move(hosts);
+  pc.ssh_port = o.ssh_port;
+  pc.ssh_identity = o.ssh_identity;
+  pc.timeout_s = o.start_timeout_s;
+  pc.hvdrun_path = t.self;
+  pc.program = o.command[0];
+  pc.cwd = t.cwd;
+  pc.path_env = t.path;
+  for (const auto& i : master_ifaces) {
+    if (!is_loopback(i)) pc.master_addresses.push_back(i.address);
+  }
+  pc.listener_port = t.listener_port;
+  pc.token = t.token;
+  return pc;
+}
+
+}  // namespace
+
+std::unique_ptr<BackgroundPreflight> start_spare_preflight(boost::asio::io_context& io,
+                                                           const Options& o,
+                                                           const NetworkTarget& target) {
+  auto run = std::make_unique<BackgroundPreflight>(
+      io, preflight_config(o, target, target.remote, local_interfaces()));
+  run->start();
+  return run;
+}
+
+std::vector<HostNetwork> passed_hosts(const BackgroundPreflight& run) {
+  std::vector<HostNetwork> passed;
+  if (!run.done()) return passed;
+  for (const auto& h : run.hosts()) {
+    if (h.problems.empty()) passed.push_back(host_network(h));
+  }
+  return passed;
+}
 
 NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
                              const NetworkTarget& t) {
@@ -20,7 +67,8 @@ NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
   }
   if (!t.remote.empty()) {
     std::vector<HostNetwork> nets;
-    PreflightConfig pc;
+    const auto master_ifaces = local_interfaces();
+    PreflightConfig pc = preflight_config(o, t, {}, master_ifaces);
     for (const auto& h : t.remote) {
       auto k = std::find_if(t.known.begin(), t.known.end(),
                             [&](const HostNetwork& n) { return n.host == h; });
@@ -30,24 +78,9 @@ NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
         nets.push_back(*k);
       }
     }
-    pc.ssh_port = o.ssh_port;
-    pc.ssh_identity = o.ssh_identity;
-    pc.timeout_s = o.start_timeout_s;
-    pc.hvdrun_path = t.self;
-    pc.program = o.command[0];
-    pc.cwd = t.cwd;
-    pc.path_env = t.path;
-    auto master_ifaces = local_interfaces();
-    for (const auto& i : master_ifaces) {
-      if (!is_loopback(i)) pc.master_addresses.push_back(i.address);
-    }
-    pc.listener_port = t.listener_port;
-    pc.token = t.token;
     PreflightResult pre;
     if (!pc.hosts.empty()) pre = run_preflight(io, pc);
-    for (const auto& h : pre.hosts) {
-      nets.push_back({h.host, h.report.interfaces, h.report.reached});
-    }
+    for (const auto& h : pre.hosts) nets.push_back(host_network(h));
     InterfaceChoice choice;
     if (pre.ok()) {
       choice = choose_interfaces(master_ifaces, nets);

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "hvd/runner/cli.h"
 #include "hvd/runner/interfaces.h"
+#include "hvd/runner/preflight.h"
 
 namespace hvd::runner {
 
@@ -42,6 +44,17 @@ struct NetworkTarget {
 // address.
 NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
                              const NetworkTarget& target);
+
+// Starts the preflight of `target.remote` (spare hosts; `known` is ignored) in the background on
+// `io` (BackgroundPreflight: keep it alive while `io` runs); passed_hosts() then gives those that
+// passed, as `known` takes them. A spare that fails is not reported: it is checked again, and
+// blacklisted on failure, when a generation needs it.
+std::unique_ptr<BackgroundPreflight> start_spare_preflight(boost::asio::io_context& io,
+                                                           const Options& o,
+                                                           const NetworkTarget& target);
+
+// The hosts of a finished background preflight that passed it (none before it is done).
+std::vector<HostNetwork> passed_hosts(const BackgroundPreflight& run);
 
 // "ADDR:PORT,ADDR:PORT": the wrappers' connect list.
 std::string wrapper_connect_list(const std::vector<std::string>& addresses, unsigned short port);

@@ -2,8 +2,11 @@
 // Runs every host's preflight in parallel on one io_context and formats the report.
 #include "hvd/runner/preflight.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
+#include <utility>
 
 #include "preflight_host.h"
 
@@ -16,27 +19,33 @@ bool PreflightResult::ok() const {
   return true;
 }
 
-PreflightResult run_preflight(boost::asio::io_context& io, const PreflightConfig& config) {
-  PreflightResult result;
-  auto t0 = std::chrono::steady_clock::now();
-  result.hosts.resize(config.hosts.size());
-  auto owned = std::make_shared<std::vector<std::unique_ptr<detail::HostCheck>>>();
-  auto& checks = *owned;
-  result.keep_alive = owned;
-  for (size_t i = 0; i < config.hosts.size(); ++i) {
-    result.hosts[i].host = config.hosts[i];
-    checks.push_back(std::make_unique<detail::HostCheck>(io, config, result.hosts[i]));
+BackgroundPreflight::BackgroundPreflight(boost::asio::io_context& io, PreflightConfig config)
+    : io_(io), config_(std::move(config)), hosts_(config_.hosts.size()) {}
+
+BackgroundPreflight::~BackgroundPreflight() = default;
+
+void BackgroundPreflight::start() {
+  for (size_t i = 0; i < config_.hosts.size(); ++i) {
+    hosts_[i].host = config_.hosts[i];
+    checks_.push_back(std::make_unique<detail::HostCheck>(io_, config_, hosts_[i]));
   }
-  for (auto& c : checks) c->start();
+  for (auto& c : checks_) c->start();
+}
+
+bool BackgroundPreflight::done() const {
+  return std::all_of(checks_.begin(), checks_.end(), [](const auto& c) { return c->finished(); });
+}
+
+PreflightResult run_preflight(boost::asio::io_context& io, const PreflightConfig& config) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto run = std::make_shared<BackgroundPreflight>(io, config);
+  run->start();
   // The listener keeps `io` busy, so run until every check has finished.
-  auto all_done = [&] {
-    for (auto& c : checks) {
-      if (!c->finished()) return false;
-    }
-    return true;
-  };
-  while (!all_done() && !io.stopped()) io.run_one();
+  while (!run->done() && !io.stopped()) io.run_one();
+  PreflightResult result;
+  result.hosts = run->hosts();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.keep_alive = run;
   return result;
 }
 

@@ -167,6 +167,24 @@ TEST_CASE("the failed rank's host is blacklisted, not for a restart, a signal or
   CHECK_FALSE(host_to_blacklist(done, used, "me"));
 }
 
+TEST_CASE("spare hosts: unused, remote, not blacklisted, not checked before, in source order",
+          "[unit]") {
+  Blacklist blacklist;
+  blacklist.add("d", 0);
+  auto hosts = hs({{"e", 1}, {"a", 2}, {"b", 1}, {"c", 1}, {"d", 1}, {"me", 2}, {"localhost", 1}});
+  auto used = hs({{"a", 2}, {"me", 1}});
+  CHECK(spare_hosts_to_check(hosts, used, blacklist, 1, {}, "me.example.org") ==
+        std::vector<std::string>{"e", "b", "c"});
+  CHECK(spare_hosts_to_check(hosts, used, blacklist, 1, {"b", "a"}, "me") ==
+        std::vector<std::string>{"e", "c"});
+  CHECK(spare_hosts_to_check(hosts, hosts, blacklist, 1, {}, "me").empty());
+  Blacklist cooling(CooldownRange{10, 10});
+  cooling.add("c", 0);
+  CHECK(spare_hosts_to_check(hs({{"c", 1}}), {}, cooling, 5, {}, "me").empty());
+  CHECK(spare_hosts_to_check(hs({{"c", 1}}), {}, cooling, 25, {}, "me") ==
+        std::vector<std::string>{"c"});  // back after its cooldown
+}
+
 TEST_CASE("hvdrun takes Horovod's elastic flags", "[unit]") {
   auto o = parse({"--min-np", "2", "--max-np", "4", "--slots-per-host", "2",
                   "--host-discovery-script", "./discover.sh", "--elastic-timeout", "30",

@@ -90,6 +90,17 @@ struct GenerationPlan {
 GenerationPlan plan_generation(const std::vector<HostSlots>& hosts, const Blacklist& blacklist,
                                double now_s, int min_np, int max_np);
 
+// The spare hosts of a generation: those of `hosts` (the host source now) that it does not use
+// (`used`), that are remote (not `own_hostname`), not blacklisted at `now_s` and not in `checked`
+// (passed a preflight of this job before), in the host source's order. Elastic mode preflights them
+// while the generation runs, so that a later generation taking them over launches without that
+// check.
+std::vector<std::string> spare_hosts_to_check(const std::vector<HostSlots>& hosts,
+                                              const std::vector<HostSlots>& used,
+                                              const Blacklist& blacklist, double now_s,
+                                              const std::vector<std::string>& checked,
+                                              std::string_view own_hostname);
+
 // Bits of a host change, as Horovod's HostUpdateResult (the ranks' check_host_updates()).
 enum HostUpdateBits : int { kHostsUnchanged = 0, kHostsRemoved = 1, kHostsAdded = 2 };
 

@@ -45,7 +45,34 @@ struct PreflightResult {
 // `ssh -o BatchMode=yes [-p] [-i] host hvdrun --agent ...` that proves key login and host key,
 // checks the program, mpirun and orted, lists interfaces and connects back to the master's
 // listener (which must already be accepting on `listener_port`). Runs `io` until all finish.
+// Checks every host of `config` in parallel; returns when all are done.
 PreflightResult run_preflight(boost::asio::io_context& io, const PreflightConfig& config);
+
+namespace detail {
+class HostCheck;
+}
+
+// A preflight that runs in the background: start() queues every host's check on `io`, and they
+// advance whenever `io` runs (elastic mode checks spare hosts while a generation runs). Keep it
+// alive for as long as `io` runs after start(): its checks' handlers refer to it.
+class BackgroundPreflight {
+ public:
+  BackgroundPreflight(boost::asio::io_context& io, PreflightConfig config);
+  ~BackgroundPreflight();
+  BackgroundPreflight(const BackgroundPreflight&) = delete;
+  BackgroundPreflight& operator=(const BackgroundPreflight&) = delete;
+  void start();
+  // True once every host's check has finished (passed or failed).
+  bool done() const;
+  // Each host's result, complete once done().
+  const std::vector<HostResult>& hosts() const { return hosts_; }
+
+ private:
+  boost::asio::io_context& io_;
+  const PreflightConfig config_;
+  std::vector<HostResult> hosts_;
+  std::vector<std::unique_ptr<detail::HostCheck>> checks_;
+};
 
 // The report listing every host's problems at once (empty when all passed).
 std::string format_preflight_report(const PreflightResult& result);
