@@ -4,6 +4,7 @@
 // through rank 0 does). The caches of all ranks change alike (the same responses are put, the
 // same bits erased, in the same order), so every rank evicts and holds back the same members.
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -34,17 +35,29 @@ void Controller::drop_partial_groups() {
 }
 
 void Controller::hold_incomplete_groups(std::vector<uint32_t>* ready) {
-  std::unordered_map<std::string, int64_t> members;  // group: members ready everywhere
+  // group: its members ready everywhere. The keys are the cached requests' own strings (the
+  // cache does not change here), and a group's members usually come one after another: the
+  // last group's count is tried first, without hashing its name again.
+  std::unordered_map<std::string_view, int64_t> members;
+  std::string_view last;
+  int64_t* last_count = nullptr;
+  auto count = [&](const std::string& group) -> int64_t& {
+    if (last_count == nullptr || group != last) {
+      last = group;
+      last_count = &members[last];
+    }
+    return *last_count;
+  };
   for (uint32_t b : *ready) {
     const Request& p = cache_.at(b);
-    if (!p.group.empty()) ++members[p.group];
+    if (!p.group.empty()) ++count(p.group);
   }
   if (members.empty()) return;
   size_t kept = 0;
   for (uint32_t b : *ready) {
     const Request& p = cache_.at(b);
     // The rest of the group is still on its way on some rank: all wait in pending_.
-    if (!p.group.empty() && members[p.group] < p.group_size) continue;
+    if (!p.group.empty() && count(p.group) < p.group_size) continue;
     (*ready)[kept++] = b;
   }
   ready->resize(kept);

@@ -3,6 +3,7 @@
 // order (every rank of a job runs the same build on the same architecture).
 #include "hvd/core/message.h"
 
+#include <charconv>
 #include <cstring>
 #include <type_traits>
 
@@ -271,7 +272,18 @@ Response response_of(const Request& r) {
 std::string internal_name(const std::string& base) { return kReservedNamePrefix + base; }
 
 std::string member_name(const std::string& group, size_t i) {
-  return internal_name(group + "/" + std::to_string(i));
+  std::string out;
+  member_name_into(&out, group, i);
+  return out;
+}
+
+void member_name_into(std::string* out, const std::string& group, size_t i) {
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, i).ptr;
+  out->assign(1, kReservedNamePrefix);
+  out->append(group);
+  out->push_back('/');
+  out->append(digits, end);
 }
 
 std::string describe(OpType op, const std::string& name) {

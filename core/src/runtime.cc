@@ -108,16 +108,17 @@ Handle Runtime::enqueue(TensorEntry entry) {
     return child.value()->enqueue(std::move(entry));
   }
   const std::string name = r.name;
-  return enqueue_with(name, [&entry](TensorEntry* e) {
-    // What a slot keeps across collectives of its name (negotiation hint, device event).
-    const int64_t hint = e->cache_hint;
-    std::shared_ptr<void> event = std::move(e->submit_event);
-    const int event_device = e->submit_event_device;
-    *e = std::move(entry);
-    e->cache_hint = hint;
-    e->submit_event = std::move(event);
-    e->submit_event_device = event_device;
-  });
+  return enqueue_with(name, [&entry](TensorEntry* e) { fill_slot(e, std::move(entry)); });
+}
+
+void Runtime::fill_slot(TensorEntry* slot, TensorEntry&& entry) {
+  const int64_t hint = slot->cache_hint;
+  std::shared_ptr<void> event = std::move(slot->submit_event);
+  const int event_device = slot->submit_event_device;
+  *slot = std::move(entry);
+  slot->cache_hint = hint;
+  slot->submit_event = std::move(event);
+  slot->submit_event_device = event_device;
 }
 
 Handle Runtime::refuse(const std::function<void(TensorEntry*)>& fill, const Status& why) {

@@ -317,18 +317,20 @@ void refuse_if_bad(core::TensorEntry* e, const Status& s) {
   if (!s.ok() && e->request.refused.empty()) e->request.refused = s.message();
 }
 
-std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntry> entries,
-                                 const std::string& group) {
-  for (auto& e : entries) {
-    e.request.group = group;
-    e.request.group_size = static_cast<int32_t>(entries.size());
-    refuse_if_bad(&e, check_view(e.request, e.input, "input"));
-  }
-  // Every member goes to the runtime, also after one is refused (bad input on this rank): the
-  // refusal is negotiated and fails the group on every rank (see core::Request::refused),
-  // instead of leaving the other ranks' members waiting. Then the first refusal is thrown.
+std::vector<Handle> submit_group(core::Runtime& rt, size_t n, const std::string& group,
+                                 const MemberFill& fill) {
   std::vector<Handle> hs;
-  for (auto& e : entries) hs.push_back(rt.enqueue(std::move(e)));
+  hs.reserve(n);
+  std::string member;
+  for (size_t i = 0; i < n; ++i) {
+    core::member_name_into(&member, group, i);
+    hs.push_back(rt.enqueue_with(member, [&](core::TensorEntry* e) {
+      fill(i, member, e);
+      e->request.group = group;
+      e->request.group_size = static_cast<int32_t>(n);
+      refuse_if_bad(e, check_view(e->request, e->input, "input"));
+    }));
+  }
   for (auto& h : hs) throw_if_refused(h);
   return hs;
 }
@@ -365,12 +367,10 @@ void refuse_call(const std::string& op_word, const std::string& name, int group_
   if (group_size <= 0) {
     submit(*rt, entry(auto_name(op, name, ps.id())));
   } else {
-    const std::string group = group_name(op, name, ps.id());
-    std::vector<core::TensorEntry> entries;
-    for (int i = 0; i < group_size; ++i) {
-      entries.push_back(entry(core::member_name(group, static_cast<size_t>(i))));
-    }
-    submit_group(*rt, std::move(entries), group);
+    submit_group(*rt, static_cast<size_t>(group_size), group_name(op, name, ps.id()),
+                 [&](size_t, const std::string& member, core::TensorEntry* e) {
+                   core::Runtime::fill_slot(e, entry(member));
+                 });
   }
   throw Error(invalid_argument(core::describe(op, name) + ": " + reason));  // not reached
 }
@@ -507,12 +507,12 @@ Handle grouped_allreduce_async(const std::vector<TensorView>& tensors, const std
   if (tensors.empty()) detail::refuse_call("allreduce", name, 1, "an empty list of tensors", ps);
   auto rt = set_runtime("grouped_allreduce_async", name, ps);
   const std::string group = detail::group_name(OpType::kAllreduce, name, ps.id());
-  std::vector<core::TensorEntry> entries;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    entries.push_back(allreduce_entry(*rt, tensors[i], tensors[i], core::member_name(group, i), op,
-                                      prescale_factor, postscale_factor));
-  }
-  auto handles = detail::submit_group(*rt, std::move(entries), group);
+  core::Runtime& r = *rt;
+  auto handles = detail::submit_group(
+      r, tensors.size(), group, [&](size_t i, const std::string& member, core::TensorEntry* e) {
+        detail::fill_allreduce(e, r, tensors[i], tensors[i], member, op, prescale_factor,
+                               postscale_factor);
+      });
   return core::join_handles(handles);
 }
 

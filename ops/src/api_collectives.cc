@@ -63,15 +63,15 @@ std::vector<Handle> grouped_allgather_async(const std::vector<TensorView>& tenso
   if (tensors.empty()) detail::refuse_call("allgather", name, 1, "an empty list of tensors", ps);
   auto rt = set_runtime("grouped_allgather_async", name, ps);
   const std::string group = detail::group_name(OpType::kAllgather, name, ps.id());
-  std::vector<core::TensorEntry> entries;
   // A wrong allocator count refuses every member: negotiated, so no rank waits for this one.
   const Status bad = allocator_count(allocators, tensors.size(), "grouped_allgather_async", group);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    entries.push_back(sized_entry(*rt, OpType::kAllgather, tensors[i], core::member_name(group, i),
-                                  allocator_at(allocators, tensors.size(), i)));
-    detail::refuse_if_bad(&entries.back(), bad);
-  }
-  return detail::submit_group(*rt, std::move(entries), group);
+  core::Runtime& r = *rt;
+  return detail::submit_group(
+      r, tensors.size(), group, [&](size_t i, const std::string& member, core::TensorEntry* e) {
+        core::Runtime::fill_slot(e, sized_entry(r, OpType::kAllgather, tensors[i], member,
+                                                allocator_at(allocators, tensors.size(), i)));
+        detail::refuse_if_bad(e, bad);
+      });
 }
 
 Handle alltoall_async(const TensorView& tensor, const std::vector<int64_t>& splits,
@@ -101,17 +101,17 @@ std::vector<Handle> grouped_reducescatter_async(const std::vector<TensorView>& t
     detail::refuse_call("reducescatter", name, 1, "an empty list of tensors", ps);
   auto rt = set_runtime("grouped_reducescatter_async", name, ps);
   const std::string group = detail::group_name(OpType::kReducescatter, name, ps.id());
-  std::vector<core::TensorEntry> entries;
   // refused as above
   const Status bad =
       allocator_count(allocators, tensors.size(), "grouped_reducescatter_async", group);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    entries.push_back(reducescatter_entry(*rt, tensors[i], core::member_name(group, i), op,
-                                          prescale_factor, postscale_factor,
-                                          allocator_at(allocators, tensors.size(), i)));
-    detail::refuse_if_bad(&entries.back(), bad);
-  }
-  return detail::submit_group(*rt, std::move(entries), group);
+  core::Runtime& r = *rt;
+  return detail::submit_group(
+      r, tensors.size(), group, [&](size_t i, const std::string& member, core::TensorEntry* e) {
+        core::Runtime::fill_slot(
+            e, reducescatter_entry(r, tensors[i], member, op, prescale_factor, postscale_factor,
+                                   allocator_at(allocators, tensors.size(), i)));
+        detail::refuse_if_bad(e, bad);
+      });
 }
 
 Handle allgather(const TensorView& tensor, const std::string& name, const ProcessSet& ps) {

@@ -43,11 +43,18 @@ Handle submit(core::Runtime& rt, core::TensorEntry e);
 /// Throws hvd::Error when the runtime refused `h` at once for a local mistake (bad argument,
 /// precondition); returns it otherwise.
 Handle throw_if_refused(Handle h);
-/// Marks `entries` as one group, validates all before enqueuing any, enqueues; one handle each.
 /// Marks `e` refused with `s`'s message when `s` is an error (the first reason is kept).
 void refuse_if_bad(core::TensorEntry* e, const Status& s);
-std::vector<Handle> submit_group(core::Runtime& rt, std::vector<core::TensorEntry> entries,
-                                 const std::string& group);
+/// Fills member `i` of a group, named `member`, in its table slot (under the runtime's lock:
+/// copies only; see Runtime::enqueue_with).
+using MemberFill = std::function<void(size_t i, const std::string& member, core::TensorEntry* e)>;
+/// Enqueues the `n` members of `group` (named core::member_name(group, i)), each filled in
+/// place by `fill`, marked as one group and its input checked. Every member goes to the
+/// runtime, also after one is refused (bad input on this rank): the refusal is negotiated and
+/// fails the group on every rank instead of leaving the other ranks' members waiting. Then
+/// the first refusal is thrown. One handle each.
+std::vector<Handle> submit_group(core::Runtime& rt, size_t n, const std::string& group,
+                                 const MemberFill& fill);
 /// The one builder of an allreduce's table entry (request and views).
 void fill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const TensorView& in,
                     const TensorView& out, const std::string& name, ReduceOp op, double pre,

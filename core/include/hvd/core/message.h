@@ -138,6 +138,8 @@ std::string internal_name(const std::string& base);
 /// The name of member `i` of the group keyed `group`: "@<group>/<i>", distinct for every
 /// (group, i) and from every other name.
 std::string member_name(const std::string& group, size_t i);
+/// member_name() written into `*out`, reusing its capacity (a group's members in turn).
+void member_name_into(std::string* out, const std::string& group, size_t i);
 /// How messages name a collective: "allreduce 'w'", or for a group member (member_name)
 /// "grouped allreduce 'g' (member 1)".
 std::string describe(OpType op, const std::string& name);

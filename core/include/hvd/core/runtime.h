@@ -87,6 +87,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// steady stream of collectives allocates nothing but its handles. `fill` runs under the
   /// table's lock (it must only copy) and must set the request's name to `name`.
   Handle enqueue_with(const std::string& name, const std::function<void(TensorEntry*)>& fill);
+  /// Moves `entry` into a table slot for enqueue_with(), keeping what the slot keeps across
+  /// collectives of its name (negotiation hint, device event).
+  static void fill_slot(TensorEntry* slot, TensorEntry&& entry);
 
   /// Collective over the global set (call on the global runtime): every rank passes the same
   /// global ranks. The handle's state()->result is the new set's id once it completes.
