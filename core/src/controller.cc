@@ -176,6 +176,7 @@ void Controller::decode_round(const std::vector<uint64_t>& words, size_t nw,
     }
   }
   if (cache_.grouped() > 0) hold_incomplete_groups(&ready_bits_);
+  out->cached.reserve(out->cached.size() + ready_bits_.size());
   for (uint32_t b : ready_bits_) {
     TensorEntry* e = take_pending(b);
     const OpType op = cache_.at(b).op;

@@ -121,7 +121,7 @@ void Runtime::fill_slot(TensorEntry* slot, TensorEntry&& entry) {
   slot->submit_event_device = event_device;
 }
 
-Handle Runtime::refuse(const std::function<void(TensorEntry*)>& fill, const Status& why) {
+Handle Runtime::refuse(FunctionRef<void(TensorEntry*)> fill, const Status& why) {
   TensorEntry e;
   fill(&e);
   if (!e.handle) e.handle = new_handle_state();
@@ -130,8 +130,7 @@ Handle Runtime::refuse(const std::function<void(TensorEntry*)>& fill, const Stat
   return Handle(e.handle);
 }
 
-Handle Runtime::enqueue_with(const std::string& name,
-                             const std::function<void(TensorEntry*)>& fill) {
+Handle Runtime::enqueue_with(const std::string& name, FunctionRef<void(TensorEntry*)> fill) {
   std::unique_lock<std::mutex> lk(mu_);
   if (stopped_) {
     Status st = stop_status_;

@@ -18,6 +18,7 @@
 #include "hvd/core/config.h"
 #include "hvd/core/controller.h"
 #include "hvd/core/executor.h"
+#include "hvd/core/function_ref.h"
 #include "hvd/core/handle.h"
 #include "hvd/core/output_pool.h"
 #include "hvd/core/stall_inspector.h"
@@ -86,7 +87,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// whose strings and vectors keep the capacity of the last collective of that name, so a
   /// steady stream of collectives allocates nothing but its handles. `fill` runs under the
   /// table's lock (it must only copy) and must set the request's name to `name`.
-  Handle enqueue_with(const std::string& name, const std::function<void(TensorEntry*)>& fill);
+  Handle enqueue_with(const std::string& name, FunctionRef<void(TensorEntry*)> fill);
   /// Moves `entry` into a table slot for enqueue_with(), keeping what the slot keeps across
   /// collectives of its name (negotiation hint, device event).
   static void fill_slot(TensorEntry* slot, TensorEntry&& entry);
@@ -169,7 +170,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// within the set, or says that the root is not a member (no change on the global set).
   Status global_root_to_set_rank(Request* r) const;
   /// A handle failed at once with `why`, naming the op and tensor `fill` describes.
-  static Handle refuse(const std::function<void(TensorEntry*)>& fill, const Status& why);
+  static Handle refuse(FunctionRef<void(TensorEntry*)> fill, const Status& why);
   /// How long an idle loop sleeps before taking part in a round anyway (zero: until work
   /// comes). Collective rounds need every rank, so without these heartbeats one rank that
   /// never submits would leave the others blocked in a round and rank 0 unable to see (and
