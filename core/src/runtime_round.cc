@@ -2,6 +2,7 @@
 // One round of the background loop: negotiate, fuse, execute, complete handles.
 #include <algorithm>
 #include <chrono>
+#include <type_traits>
 
 #include "finished.h"
 #include "guarded.h"
@@ -17,15 +18,31 @@ using detail::guarded;
 
 namespace {
 
-// The response of cached allreduces / broadcasts [first, last): it follows from the requests.
-Response response_for(TensorEntry* const* first, TensorEntry* const* last) {
-  Response r = response_of((*first)->request);
-  r.names.reserve(static_cast<size_t>(last - first));
-  r.numels.reserve(static_cast<size_t>(last - first));
-  for (++first; first != last; ++first) {
-    r.names.push_back((*first)->request.name);
-    r.numels.push_back(shape_numel((*first)->request.shape));
+// The response of cached allreduces / broadcasts [first, last), written into *r: it follows from
+// the requests. Every field as response_of() sets it; the names and numels vectors (and the
+// names' own strings) keep the memory of the last response written into *r.
+void response_for_into(Response* r, TensorEntry* const* first, TensorEntry* const* last) {
+  std::vector<std::string> names = std::move(r->names);
+  std::vector<int64_t> numels = std::move(r->numels);
+  *r = Response{};
+  for_each_request_field([&](auto m, FieldRole, auto to) {
+    if constexpr (!std::is_same_v<decltype(to), std::nullptr_t>) r->*to = (*first)->request.*m;
+    return true;
+  });
+  const auto n = static_cast<size_t>(last - first);
+  names.resize(n);
+  numels.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    names[i] = first[i]->request.name;
+    numels[i] = shape_numel(first[i]->request.shape);
   }
+  r->names = std::move(names);
+  r->numels = std::move(numels);
+}
+
+Response response_for(TensorEntry* const* first, TensorEntry* const* last) {
+  Response r;
+  response_for_into(&r, first, last);
   return r;
 }
 
@@ -158,12 +175,16 @@ void Runtime::execute_cached(const std::vector<TensorEntry*>& ready) {
   for (TensorEntry* e : ready) ready_requests_.push_back(&e->request);
   FusionOptions fo{config_.fusion_threshold, config_.fusion_direct_bytes};
   size_t begin = 0;
+  size_t k = 0;
   std::vector<TensorEntry*> batch;
   for (size_t end : plan_fusion_runs(ready_requests_, fo)) {
     ++stats_.fused_batches;
     batch.assign(ready.begin() + static_cast<std::ptrdiff_t>(begin),
                  ready.begin() + static_cast<std::ptrdiff_t>(end));
-    run(response_for(batch.data(), batch.data() + batch.size()), batch, batch);
+    if (cached_batches_.size() <= k) cached_batches_.emplace_back();
+    Response& r = cached_batches_[k++];
+    response_for_into(&r, batch.data(), batch.data() + batch.size());
+    run(r, batch, batch);
     begin = end;
   }
 }

@@ -226,6 +226,13 @@ TEST_CASE("hvd's own names are disjoint from user names and described by group",
   REQUIRE(member_name("@group.allreduce.noname.0", 2) == "@@group.allreduce.noname.0/2");
   // A user name that spells a member or an automatic name is still a plain user name.
   REQUIRE(member_name("g", 0) != "g/0");
+  // Written into a buffer reused member after member (a group's submission): same names.
+  std::string buf = "a much longer name left by another group's member";
+  for (size_t i : {size_t{0}, size_t{7}, size_t{123456789}}) {
+    member_name_into(&buf, "grp", i);
+    REQUIRE(buf == member_name("grp", i));
+  }
+  REQUIRE(buf == "@grp/123456789");
   REQUIRE(describe(OpType::kAllreduce, "g/0") == "allreduce 'g/0'");
   REQUIRE(describe(OpType::kAllreduce, member_name("g", 1)) == "grouped allreduce 'g' (member 1)");
   REQUIRE(describe(OpType::kAllgather, member_name("a/b", 12)) ==

@@ -231,7 +231,10 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   static constexpr size_t kMaxTable = 8192;     // idle slots kept (at least; see drop_idle_slots)
   std::vector<TensorEntry*> fresh_;             // loop: this round's new entries
   std::vector<const Request*> ready_requests_;  // loop: execute_cached scratch
-  bool shutdown_requested_ = false;             // mu_
+  // loop: execute_cached's responses, the k-th batch of a round in the k-th, rewritten each
+  // round (the same batches come round after round: their names keep their memory).
+  std::vector<Response> cached_batches_;
+  bool shutdown_requested_ = false;  // mu_
   // mu_: the loop is blocked waiting for the first request of a burst (enqueue wakes it).
   bool sleeping_ = false;
   bool pausing_ = false;        // mu_: backing off after fruitless rounds (new work ends it)
