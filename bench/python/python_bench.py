@@ -17,7 +17,8 @@
    synchronize, grouped_allreduce_, and gloo's K all_reduce(async_op=True) + wait; medians of
    the slowest rank, compared with the C++ API's figures from hvd_bench (--cpp: its output).
    --case LABEL runs that allreduce case alone (per tensor only: no grouped, no gloo), --repeat
-   times, one line each: for iterating on the binding's per-call cost, e.g. after
+   times, one line each, with the calling thread's CPU time per allreduce_async_ and per
+   synchronize (best of 20 bursts): for iterating on the binding's per-call cost, e.g. after
    `mpirun -np 2 --bind-to none build/bench/hvd_bench --case 64x16Ki`.
 """
 import argparse
@@ -184,13 +185,27 @@ def per_tensor_case(k, s, label):
 
     def per_call_us():
         return statistics.median(submit_only() for _ in range(5)) / k * 1e6
-    return ts, per_tensor, per_call_us
+
+    def cpu_us():
+        """This thread's CPU time per call (us) of allreduce_async_ and of synchronize (which
+        blocks without CPU while a collective runs), best of 20 bursts."""
+        sub = syn = float("inf")
+        for _ in range(20):
+            t0 = time.thread_time()
+            hs = [hvd.allreduce_async_(t, name=n, op=hvd.Sum) for t, n in zip(ts, names)]
+            t1 = time.thread_time()
+            for h in hs:
+                hvd.synchronize(h)
+            t2 = time.thread_time()
+            sub, syn = min(sub, t1 - t0), min(syn, t2 - t1)
+        return sub / k * 1e6, syn / k * 1e6
+    return ts, per_tensor, per_call_us, cpu_us
 
 
 def bench_allreduce(iters, cpp):
     rows = []
     for k, s, label in CASES:
-        ts, per_tensor, per_call_us = per_tensor_case(k, s, label)
+        ts, per_tensor, per_call_us, _ = per_tensor_case(k, s, label)
 
         def grouped():
             hvd.grouped_allreduce_(ts, name=label + ".group", op=hvd.Sum)
@@ -215,15 +230,17 @@ def bench_allreduce(iters, cpp):
 
 
 def bench_case(label, iters, repeat):
-    """One allreduce case, per tensor only, `repeat` times (median ms of the slowest rank and
-    the submission cost per call)."""
+    """One allreduce case, per tensor only, `repeat` times (median ms of the slowest rank, the
+    submission cost per call, and the CPU time per call of submission and synchronize)."""
     k, s = next((c[0], c[1]) for c in CASES if c[2] == label)
-    _, per_tensor, per_call_us = per_tensor_case(k, s, label)
+    _, per_tensor, per_call_us, cpu_us = per_tensor_case(k, s, label)
     for _ in range(repeat):
         ms = median_slowest(iters, per_tensor)
         us = per_call_us()
+        sub, syn = cpu_us()
         if hvd.rank() == 0:
-            print(f"{label:<9} py ms {ms:8.3f}  us/call {us:6.2f}", flush=True)
+            print(f"{label:<9} py ms {ms:8.3f}  us/call {us:6.2f}  CPU us/call: submit {sub:5.2f} "
+                  f"synchronize {syn:5.2f}", flush=True)
 
 
 def main():
