@@ -404,6 +404,7 @@ size_t kept_until_released() {
 
 Handle join_handles(const std::vector<Handle>& parts) {
   auto all = new_handle_state();
+  all->parts.reserve(parts.size());
   for (const Handle& h : parts) all->parts.push_back(h.shared_state());
   if (parts.empty()) {
     all->complete(Status::OK());
