@@ -48,7 +48,8 @@ double now_s() {
 
 void say(const std::string& line) { std::cerr << line << "\n" << std::flush; }
 
-std::string seconds_text(double s) {
+// Durations in the elastic job's lines: tenths of a second ("12.3").
+std::string tenths_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", s);
   return buf;
@@ -129,7 +130,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     say("hvdrun: elastic: host " + host + " blacklisted (" + why + ") " +
         (cooldown < 0
              ? std::string("for the rest of the job (no --blacklist-cooldown-range)")
-             : "for " + seconds_text(cooldown) + " s (failure " +
+             : "for " + tenths_text(cooldown) + " s (failure " +
                    std::to_string(blacklist.failures(host)) + ", --blacklist-cooldown-range)"));
   };
   std::vector<std::string> remote_used;
@@ -147,12 +148,12 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
       if (!waited) {
         say("hvdrun: elastic: waiting for --min-np " + std::to_string(o.min_np) +
             " slots: " + plan.why_not + " (up to --elastic-timeout " +
-            seconds_text(o.elastic_timeout_s()) + " s)");
+            tenths_text(o.elastic_timeout_s()) + " s)");
         waited = true;
       }
       if (now_s() - wait_start >= o.elastic_timeout_s()) {
-        say("hvdrun: elastic: giving up after waiting " + seconds_text(now_s() - wait_start) +
-            " s (--elastic-timeout " + seconds_text(o.elastic_timeout_s()) + "): " + plan.why_not +
+        say("hvdrun: elastic: giving up after waiting " + tenths_text(now_s() - wait_start) +
+            " s (--elastic-timeout " + tenths_text(o.elastic_timeout_s()) + "): " + plan.why_not +
             "; add hosts or lower --min-np");
         code = failed_before ? code : kExitLaunch;
         generation = -1;
@@ -163,7 +164,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     if (generation < 0) break;
     if (waited) {
       say("hvdrun: elastic: " + std::to_string(plan.available_slots) + " slot(s) available after " +
-          seconds_text(now_s() - wait_start) + " s");
+          tenths_text(now_s() - wait_start) + " s");
     }
     // 2. Preflight of the remote hosts; a host failing it is blacklisted.
     std::vector<std::string> remote;

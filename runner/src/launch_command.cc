@@ -7,15 +7,12 @@
 #include <cstdio>
 
 namespace hvd::runner {
-namespace {
 
 std::string seconds_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", s);
   return buf;
 }
-
-}  // namespace
 
 LaunchSpec base_launch_spec(const Options& o, int np, std::vector<HostSlots> hosts, bool all_local,
                             bool in_slurm_allocation, const std::vector<std::string>& environ) {

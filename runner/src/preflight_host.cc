@@ -16,14 +16,6 @@ namespace hvd::runner::detail {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-namespace {
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
-}  // namespace
-
 HostCheck::HostCheck(asio::io_context& io, const PreflightConfig& config, HostResult& result)
     : io_(io), config_(config), result_(result), deadline_(io), resolver_(io), socket_(io) {}
 

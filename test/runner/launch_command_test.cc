@@ -215,6 +215,8 @@ TEST_CASE("the rank wrapper's prefix carries the grace period, generation and he
   Options o;
   o.grace_period_s = 2.5;
   o.heartbeat_timeout_s = 30;
+  CHECK(seconds_text(5) == "5");
+  CHECK(seconds_text(0.25) == "0.25");
   CHECK(rank_wrapper_prefix("/bin/hvdrun", "10.0.0.1:7000", "tok", o, 4) ==
         Words{"/bin/hvdrun", "--rank-wrapper", "10.0.0.1:7000", "tok", "2.5", "4", "30", "--"});
 }

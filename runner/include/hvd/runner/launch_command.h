@@ -45,6 +45,9 @@ struct LaunchSpec {
 LaunchSpec base_launch_spec(const Options& o, int np, std::vector<HostSlots> hosts, bool all_local,
                             bool in_slurm_allocation, const std::vector<std::string>& environ);
 
+// A number of seconds as hvdrun prints and passes it: "%g" (5, 2.5, 0.001).
+std::string seconds_text(double s);
+
 // What mpirun runs in front of the program on each rank: `self --rank-wrapper CONNECT TOKEN
 // GRACE GENERATION HEARTBEAT --` (the order run_rank_wrapper parses; GRACE and HEARTBEAT are
 // --grace-period and --heartbeat-timeout from `o`).
