@@ -408,7 +408,6 @@ core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
 
 }  // namespace detail
 
-using detail::allreduce_entry;
 using detail::auto_name;
 using detail::make_request;
 using detail::set_runtime;
