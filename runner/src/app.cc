@@ -162,10 +162,9 @@ int launch(const Options& o) {
   const int np = plan.np;
   auto used = assign_slots(plan.hosts, np);
   check_program(o, cwd, path);
-  const std::string own_short = own.substr(0, own.find('.'));
   std::vector<std::string> remote;
   for (const auto& h : used) {
-    if (!is_local_host(h.name, own) && h.name != own_short) remote.push_back(h.name);
+    if (!is_local_host(h.name, own)) remote.push_back(h.name);
   }
   const bool all_local = remote.empty();
   const std::string self = self_executable();

@@ -152,8 +152,7 @@ std::optional<std::string> host_to_blacklist(const GenerationOutcome& o,
   const auto placement = place_ranks(used);
   if (static_cast<size_t>(o.failed_rank) >= placement.size()) return std::nullopt;
   const std::string& host = placement[o.failed_rank].host;
-  const std::string_view own_short = own_hostname.substr(0, own_hostname.find('.'));
-  if (is_local_host(host, own_hostname) || host == own_short) return std::nullopt;
+  if (is_local_host(host, own_hostname)) return std::nullopt;
   return host;
 }
 
@@ -162,7 +161,6 @@ std::vector<std::string> spare_hosts_to_check(const std::vector<HostSlots>& host
                                               const Blacklist& blacklist, double now_s,
                                               const std::vector<std::string>& checked,
                                               std::string_view own_hostname) {
-  const std::string_view own_short = own_hostname.substr(0, own_hostname.find('.'));
   auto listed = [](const auto& list, const std::string& name, auto name_of) {
     return std::any_of(list.begin(), list.end(), [&](const auto& e) { return name_of(e) == name; });
   };
@@ -171,7 +169,7 @@ std::vector<std::string> spare_hosts_to_check(const std::vector<HostSlots>& host
     if (listed(used, h.name, [](const HostSlots& u) { return u.name; })) continue;
     if (listed(checked, h.name, [](const std::string& c) { return c; })) continue;
     if (blacklist.blocked(h.name, now_s)) continue;
-    if (is_local_host(h.name, own_hostname) || h.name == own_short) continue;
+    if (is_local_host(h.name, own_hostname)) continue;
     spare.push_back(h.name);
   }
   return spare;

@@ -55,10 +55,6 @@ std::string tenths_text(double s) {
   return buf;
 }
 
-bool is_this_machine(const std::string& name, const std::string& own) {
-  return is_local_host(name, own) || name == own.substr(0, own.find('.'));
-}
-
 std::string describe_bits(int bits) {
   if (bits == (kHostsAdded | kHostsRemoved)) return "hosts added and removed";
   return bits == kHostsAdded ? "hosts added" : "hosts removed";
@@ -169,7 +165,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     // 2. Preflight of the remote hosts; a host failing it is blacklisted.
     std::vector<std::string> remote;
     for (const auto& h : plan.used) {
-      if (!is_this_machine(h.name, job.own_hostname)) remote.push_back(h.name);
+      if (!is_local_host(h.name, job.own_hostname)) remote.push_back(h.name);
     }
     NetworkSetup net = prepare_network(
         io, o, {remote, server.port(), job.token, job.self, job.cwd, job.path, known});
@@ -238,9 +234,8 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     std::vector<std::string> checked;  // passed, or being checked now
     for (const auto& n : known) checked.push_back(n.host);
     for (const auto& c : spare_checks) {
-      for (const auto& h : c.run->hosts()) {
-        if (!c.collected) checked.push_back(h.host);
-      }
+      if (c.collected) continue;
+      for (const auto& h : c.run->hosts()) checked.push_back(h.host);
     }
     const auto spare =
         spare_hosts_to_check(hosts_now(), plan.used, blacklist, now_s(), checked, job.own_hostname);

@@ -163,6 +163,7 @@ std::vector<RankPlacement> place_ranks(const std::vector<HostSlots>& used) {
 
 bool is_local_host(std::string_view name, std::string_view own_hostname) {
   if (name == "localhost" || name == "::1" || name == own_hostname) return true;
+  if (name == own_hostname.substr(0, own_hostname.find('.'))) return true;
   return name.substr(0, 4) == "127." && name.find_first_not_of("0123456789.") == name.npos;
 }
 

@@ -224,7 +224,7 @@ SlurmPlan plan_in_allocation(const SlurmAllocation& alloc, int np,
     for (const auto& h : alloc.hosts) {
       if (h.name == r.name) node = &h;
     }
-    if (node == nullptr && (is_local_host(r.name, own_hostname) || r.name == own_short)) {
+    if (node == nullptr && is_local_host(r.name, own_hostname)) {
       for (const auto& h : alloc.hosts) {
         if (h.name == own_hostname || h.name == own_short) node = &h;
       }

@@ -91,5 +91,8 @@ TEST_CASE("local host names", "[unit]") {
   CHECK(is_local_host("vm", "vm"));
   CHECK_FALSE(is_local_host("node1", "vm"));
   CHECK_FALSE(is_local_host("127.example.com", "vm"));
+  CHECK(is_local_host("vm", "vm.example.com"));  // the first label of this machine's name
+  CHECK_FALSE(is_local_host("vm.other.com", "vm.example.com"));
+  CHECK_FALSE(is_local_host("example", "vm.example.com"));
   CHECK(format_host_list({{"a", 4}, {"b", 1}}) == "a:4,b:1");
 }

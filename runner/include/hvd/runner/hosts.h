@@ -42,7 +42,8 @@ std::vector<HostSlots> assign_slots(const std::vector<HostSlots>& hosts, int np)
 // Rank -> host/local rank for the result of assign_slots().
 std::vector<RankPlacement> place_ranks(const std::vector<HostSlots>& used);
 
-// True for names that mean "this machine": localhost, 127.x.y.z, ::1 and own_hostname.
+// True for names that mean "this machine": localhost, 127.x.y.z, ::1, own_hostname and its
+// first label ("vm" for "vm.example.com").
 bool is_local_host(std::string_view name, std::string_view own_hostname);
 
 // "a:4,b:2" (the form mpirun's -H takes).
