@@ -252,12 +252,16 @@ Result<ResponseList> parse_response_list(const uint8_t* data, size_t size) {
   return l;
 }
 
-Response response_of(const Request& r) {
-  Response resp;
+void copy_params(const Request& r, Response* out) {
   for_each_request_field([&](auto m, FieldRole, auto to) {
-    if constexpr (!std::is_same_v<decltype(to), std::nullptr_t>) resp.*to = r.*m;
+    if constexpr (!std::is_same_v<decltype(to), std::nullptr_t>) out->*to = r.*m;
     return true;
   });
+}
+
+Response response_of(const Request& r) {
+  Response resp;
+  copy_params(r, &resp);
   resp.names = {r.name};
   const bool by_rows =
       r.op == OpType::kAllgather || r.op == OpType::kAlltoall || r.op == OpType::kReducescatter;

@@ -2,7 +2,6 @@
 // One round of the background loop: negotiate, fuse, execute, complete handles.
 #include <algorithm>
 #include <chrono>
-#include <type_traits>
 
 #include "finished.h"
 #include "guarded.h"
@@ -25,10 +24,7 @@ void response_for_into(Response* r, TensorEntry* const* first, TensorEntry* cons
   std::vector<std::string> names = std::move(r->names);
   std::vector<int64_t> numels = std::move(r->numels);
   *r = Response{};
-  for_each_request_field([&](auto m, FieldRole, auto to) {
-    if constexpr (!std::is_same_v<decltype(to), std::nullptr_t>) r->*to = (*first)->request.*m;
-    return true;
-  });
+  copy_params((*first)->request, r);
   const auto n = static_cast<size_t>(last - first);
   names.resize(n);
   numels.resize(n);

@@ -125,10 +125,13 @@ constexpr size_t request_field_count() {
 
 /// The response that runs `r` alone: its name and parameters (op, dtype, reduce op, root,
 /// scale factors, device, process set) and `numels` by the op's convention (elements of one
-/// row for allgather, alltoall and reducescatter). The one place a request's fields are
-/// copied into a response; negotiation adds what depends on every rank (rows, joined ranks,
-/// errors).
+/// row for allgather, alltoall and reducescatter). Negotiation adds what depends on every rank
+/// (rows, joined ranks, errors).
 Response response_of(const Request& r);
+/// Copies `r`'s parameters into `*out` (the Request fields that for_each_request_field maps to a
+/// Response field): the one place a request's fields are copied into a response (response_of,
+/// and the runtime's responses of cached batches, which reuse their names' memory).
+void copy_params(const Request& r, Response* out);
 
 /// hvd's own names (automatic names, group members, join, process set operations) start with
 /// this character and user names may not (check_user_name), so the two never meet.
