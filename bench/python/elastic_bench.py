@@ -34,9 +34,15 @@ sample indices, no index list in the state). A commit's share of a step = its me
 median step of the same job (so both see the same load), in elapsed and in CPU time of rank 0's
 main thread (load-proof: waiting for the CPU is not counted); also the wall time per step
 (rank 0's loop, commits included) against the jobs without commits.
+--cpp (with --commit-cost): the same with the libtorch program test/torch/elastic_train.cc
+--model cnn (hvd::elastic::TorchState, the same CNN, sampler and optimizer) instead of the
+Python script; --program PATH (repeatable) names its binaries (default: BUILD's
+hvd_elastic_train): several are run interleaved, job by job, e.g. two builds before and after
+a change.
 
 usage: elastic_bench.py HVDRUN PYTHON [--np N] [--kills K] [--hosts] [--random] [--deadline S]
-                        [--commit-every K] [--keep DIR] [--seed S] [--commit-cost]"""
+                        [--commit-every K] [--keep DIR] [--seed S] [--commit-cost]
+                        [--cpp [--program PATH]...]"""
 import argparse
 import os
 import random
@@ -67,7 +73,14 @@ a.add_argument("--samples", type=int, default=1024)
 a.add_argument("--keep", default="/var/tmp/hvd-elastic-bench", help="logs of failed jobs")
 a.add_argument("--seed", type=int, default=1)
 a.add_argument("--commit-cost", action="store_true")
+a.add_argument("--cpp", action="store_true", help="--commit-cost of the libtorch program")
+a.add_argument("--program", action="append", help="--cpp: its binary (repeatable: interleaved)")
 args = a.parse_args()
+if args.cpp and not args.commit_cost:
+    a.error("--cpp measures --commit-cost only")
+if not args.program:
+    build = os.path.dirname(os.path.dirname(os.path.abspath(args.hvdrun)))
+    args.program = [os.path.join(build, "test", "torch", "hvd_elastic_train")]
 NP, K = args.np, args.commit_every
 EPOCHS = 2
 PER_EPOCH = args.samples // (32 * NP)
@@ -77,11 +90,14 @@ PHASES = ["detection", "teardown", "launch", "init", "restore", "step", "total",
 HOSTS = [f"{PREFIX}{i}" for i in range(1, NP + 2)]
 
 
-def train_cmd(out, extra=(), every=K, samples=args.samples, epochs=EPOCHS):
+def train_cmd(out, extra=(), every=K, samples=args.samples, epochs=EPOCHS, program=None):
+    """The job's command: train_elastic.py, or the libtorch program when given (its flags take
+    values: --time-steps 1; it keeps no coverage bookkeeping)."""
     where = ["-H", ",".join(h + ":1" for h in HOSTS)] if args.hosts else []
-    return [args.hvdrun, "--verbose", "-np", str(NP), "--min-np", str(NP), *where, args.python,
-            SCRIPT, "--out", out, "--model", "cnn", "--samples", str(samples), "--epochs",
-            str(epochs), "--commit-every", str(every), *extra]
+    run = [program] if program else [args.python, SCRIPT]
+    return [args.hvdrun, "--verbose", "-np", str(NP), "--min-np", str(NP), *where, *run, "--out",
+            out, "--model", "cnn", "--samples", str(samples), "--epochs", str(epochs),
+            "--commit-every", str(every), *extra]
 
 
 def job_processes(marker):
@@ -232,46 +248,50 @@ def resume_bench(tmp):
 
 def commit_cost(tmp):
     samples, reps, never = 4096, 5, 10**9  # 64 steps at np 2
+    programs = args.program if args.cpp else [None]
     runs = {}
-    for rep in range(reps):  # the runs of each K interleaved: alike under a changing load
-        for every in (never, 1, 10):
-            out = os.path.join(tmp, f"cost{every}-{rep}")
-            flags = ["--time-steps", "--no-coverage"]
-            p = subprocess.run(train_cmd(out, flags, every, samples, 1),
-                               capture_output=True, text=True, timeout=300)
-            if p.returncode != 0:
-                sys.exit(f"commit-cost job failed ({p.returncode}):\n{p.stderr[-3000:]}")
-            ev = [(t, x) for t, g, r, x in read_events(out) if r == 0]
-            # "step S took MS ms cpu MS ms", "commit C at step S took MS ms cpu MS ms"
-            steps = [(t, x.split()) for t, x in ev if x.startswith("step ")][3:]
-            commits = [x.split() for _, x in ev if x.startswith("commit ")]
-            step = statistics.median(float(w[3]) for _, w in steps)
-            step_cpu = statistics.median(float(w[6]) for _, w in steps)
-            commit = statistics.median(float(w[6]) for w in commits) if commits else 0.0
-            commit_cpu = statistics.median(float(w[9]) for w in commits) if commits else 0.0
-            wall = 1e3 * (steps[-1][0] - steps[0][0]) / (len(steps) - 1)
-            runs.setdefault(every, []).append((step, commit, wall, commit / every / step,
-                                               step_cpu, commit_cpu,
-                                               commit_cpu / every / step_cpu))
-            print(f"job {rep + 1}/{reps}, " +
-                  ("no commits" if every == never else f"a commit per {every} step(s)") +
-                  f": step median {step:.2f} ms (cpu {step_cpu:.2f}), commit median "
-                  f"{commit:.2f} ms (cpu {commit_cpu:.2f}), wall time per step {wall:.2f} ms",
-                  flush=True)
+    for rep in range(reps):  # the runs of each K (and program) interleaved: alike under a load
+        for n, program in enumerate(programs):
+            for every in (never, 1, 10):
+                out = os.path.join(tmp, f"cost{n}-{every}-{rep}")
+                flags = ["--time-steps", "1"] if program else ["--time-steps", "--no-coverage"]
+                p = subprocess.run(train_cmd(out, flags, every, samples, 1, program),
+                                   capture_output=True, text=True, timeout=300)
+                if p.returncode != 0:
+                    sys.exit(f"commit-cost job failed ({p.returncode}):\n{p.stderr[-3000:]}")
+                ev = [(t, x) for t, g, r, x in read_events(out) if r == 0]
+                # "step S took MS ms cpu MS ms", "commit C at step S took MS ms cpu MS ms"
+                steps = [(t, x.split()) for t, x in ev if x.startswith("step ")][3:]
+                commits = [x.split() for _, x in ev if x.startswith("commit ")]
+                step = statistics.median(float(w[3]) for _, w in steps)
+                step_cpu = statistics.median(float(w[6]) for _, w in steps)
+                commit = statistics.median(float(w[6]) for w in commits) if commits else 0.0
+                commit_cpu = statistics.median(float(w[9]) for w in commits) if commits else 0.0
+                wall = 1e3 * (steps[-1][0] - steps[0][0]) / (len(steps) - 1)
+                runs.setdefault((program, every), []).append(
+                    (step, commit, wall, commit / every / step, step_cpu, commit_cpu,
+                     commit_cpu / every / step_cpu))
+                print(f"job {rep + 1}/{reps}, " + (f"{program}, " if program else "") +
+                      ("no commits" if every == never else f"a commit per {every} step(s)") +
+                      f": step median {step:.2f} ms (cpu {step_cpu:.2f}), commit median "
+                      f"{commit:.2f} ms (cpu {commit_cpu:.2f}), wall time per step {wall:.2f} ms",
+                      flush=True)
 
-    def med(every, i):
-        return statistics.median(r[i] for r in runs[every])
+    for program in programs:
+        def med(every, i):
+            return statistics.median(r[i] for r in runs[(program, every)])
 
-    print(f"commit cost, np {NP}, CNN, medians of {reps} jobs each: step without commits "
-          f"{med(never, 0):.2f} ms, cpu {med(never, 4):.2f} ms (rank 0's main thread, the commit "
-          f"excluded; wall time per step {med(never, 2):.2f} ms)")
-    for every in (1, 10):
-        print(f"  one commit per {every} step(s): commit {med(every, 1):.2f} ms = "
-              f"{100 * med(every, 3):.1f}% of a step (commit / {every} / the same job's step "
-              f"median); cpu: commit {med(every, 5):.2f} ms = {100 * med(every, 6):.1f}% of a "
-              f"step's; step {med(every, 0):.2f} ms (cpu {med(every, 4):.2f}); wall time per "
-              f"step {med(every, 2):.2f} ms = {100 * (med(every, 2) / med(never, 2) - 1):+.1f}% "
-              "vs no commits")
+        what = f"libtorch program {program}" if program else "Python, train_elastic.py"
+        print(f"commit cost, np {NP}, CNN, {what}, medians of {reps} jobs each: step without "
+              f"commits {med(never, 0):.2f} ms, cpu {med(never, 4):.2f} ms (rank 0's main "
+              f"thread, the commit excluded; wall time per step {med(never, 2):.2f} ms)")
+        for every in (1, 10):
+            print(f"  one commit per {every} step(s): commit {med(every, 1):.2f} ms = "
+                  f"{100 * med(every, 3):.1f}% of a step (commit / {every} / the same job's step "
+                  f"median); cpu: commit {med(every, 5):.2f} ms = {100 * med(every, 6):.1f}% of "
+                  f"a step's; step {med(every, 0):.2f} ms (cpu {med(every, 4):.2f}); wall time "
+                  f"per step {med(every, 2):.2f} ms = "
+                  f"{100 * (med(every, 2) / med(never, 2) - 1):+.1f}% vs no commits")
     return 0
 
 
