@@ -1,49 +1,34 @@
 // SPDX-License-Identifier: Apache-2.0
 // hvd::elastic::State's commit / host-update protocol and TorchState's saved form.
 //
-// A TorchState's saved values are one byte string (the snapshot payload itself): a pickled
-// list (format version, parameter names, parameters, buffer names, buffers, the optimizer's
-// saved state as a byte tensor, field names, field values, sampler epoch, sampler's processed
-// indices). save() serializes the live values, restore() writes them back in place
-// (parameters and buffers keep their storage; the optimizer reloads its state).
-#include <torch/csrc/jit/serialization/pickle.h>
+// A TorchState's saved values are one tree (current() defines it): a list of the format version,
+// parameter names, parameters, buffer names, buffers, the optimizer's tree (torch_saved.h),
+// field names, field values, sampler epoch and the sampler's processed indices. save() copies
+// the live values into the previous commit's tensors (copy_into), saved_bytes() makes the
+// snapshot payload of the tree (its tensors' raw bytes after a pickle), restore() writes the
+// tree back in place (parameters and buffers keep their storage; the optimizer gets copies).
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "hvd/hvd.h"
 #include "hvd/optim/broadcast.h"
 #include "hvd/optim/elastic.h"
 #include "hvd/optim/elastic_progress.h"
+#include "torch_saved.h"
 
 namespace hvd::elastic {
 namespace {
 
-constexpr int64_t kFormat = 1;
+using detail::bad_snapshot;
 
-torch::Tensor bytes_tensor(const std::string& s) {
-  torch::Tensor t = torch::empty({static_cast<int64_t>(s.size())}, torch::kByte);
-  if (!s.empty()) std::memcpy(t.data_ptr(), s.data(), s.size());
-  return t;
-}
-
-std::string tensor_bytes(const torch::Tensor& t) {
-  const torch::Tensor c = t.contiguous();
-  return std::string(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
-}
-
-[[noreturn]] void bad_snapshot(const std::string& what) {
-  throw Error(invalid_argument("hvd.elastic: the committed state does not fit this TorchState: " +
-                               what + " (construct it with the same model, optimizer, sampler " +
-                               "and fields in every generation)"));
-}
+constexpr int64_t kFormat = 2;
 
 // Writes `saved` into the live tensors of `live` (same names, same order, same shapes). The
 // unpickled lists are read as generic lists (their element types are not restored).
-void copy_into(const torch::OrderedDict<std::string, torch::Tensor>& live,
-               c10::ArrayRef<c10::IValue> names, c10::ArrayRef<c10::IValue> saved,
-               const char* kind) {
+void write_back(const torch::OrderedDict<std::string, torch::Tensor>& live,
+                c10::ArrayRef<c10::IValue> names, c10::ArrayRef<c10::IValue> saved,
+                const char* kind) {
   if (names.size() != live.size() || saved.size() != live.size()) {
     bad_snapshot(std::string(kind) + "s: " + std::to_string(names.size()) + " saved, " +
                  std::to_string(live.size()) + " in the model");
@@ -136,9 +121,10 @@ void TorchState::throw_field_type(const std::string& name) const {
                                kTypes[fields_.at(name).index()] + ", asked for another type"));
 }
 
-std::string TorchState::serialize() const {
+c10::IValue TorchState::current() const {
   c10::List<std::string> param_names, buffer_names, field_names;
-  c10::List<at::Tensor> params, buffers;
+  auto list = [] { return c10::impl::GenericList(c10::AnyType::get()); };
+  auto params = list(), buffers = list(), values = list(), all = list();
   for (const auto& p : model_->named_parameters()) {
     param_names.push_back(p.key());
     params.push_back(p.value().detach());
@@ -147,42 +133,31 @@ std::string TorchState::serialize() const {
     buffer_names.push_back(b.key());
     buffers.push_back(b.value().detach());
   }
-  c10::impl::GenericList values(c10::AnyType::get());
   for (const auto& [name, value] : fields_) {
     field_names.push_back(name);
     std::visit([&](const auto& v) { values.push_back(c10::IValue(v)); }, value);
   }
   std::vector<int64_t> processed;
   if (sampler_) processed.assign(sampler_->processed().begin(), sampler_->processed().end());
-  c10::impl::GenericList all(c10::AnyType::get());
   for (c10::IValue x : {c10::IValue(kFormat), c10::IValue(param_names), c10::IValue(params),
                         c10::IValue(buffer_names), c10::IValue(buffers),
-                        c10::IValue(bytes_tensor(optim::detail::save_optimizer(optimizer_))),
-                        c10::IValue(field_names), c10::IValue(values),
-                        c10::IValue(sampler_ ? sampler_->epoch() : int64_t{0}),
+                        detail::optimizer_tree(optimizer_), c10::IValue(field_names),
+                        c10::IValue(values), c10::IValue(sampler_ ? sampler_->epoch() : int64_t{0}),
                         c10::IValue(torch::tensor(processed, torch::kLong))}) {
     all.push_back(std::move(x));
   }
-  const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(all));
-  return std::string(bytes.begin(), bytes.end());
+  return all;
 }
 
-void TorchState::deserialize(const std::string& bytes) {
-  c10::IValue v;
-  try {
-    v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-  } catch (const c10::Error& e) {
-    bad_snapshot(std::string("unreadable (") + e.what_without_backtrace() + ")");
-  }
+void TorchState::apply(const c10::IValue& v) {
   if (!v.isList() || v.toListRef().size() != 10 || !v.toListRef()[0].isInt() ||
       v.toListRef()[0].toInt() != kFormat) {
     bad_snapshot("not a TorchState of this hvd version");
   }
   const c10::ArrayRef<c10::IValue> e = v.toListRef();
-  copy_into(model_->named_parameters(), e[1].toListRef(), e[2].toListRef(), "parameter");
-  copy_into(model_->named_buffers(), e[3].toListRef(), e[4].toListRef(), "buffer");
-  optim::detail::load_optimizer(optimizer_, tensor_bytes(e[5].toTensor()),
-                                "hvd.elastic: cannot load the committed optimizer state");
+  write_back(model_->named_parameters(), e[1].toListRef(), e[2].toListRef(), "parameter");
+  write_back(model_->named_buffers(), e[3].toListRef(), e[4].toListRef(), "buffer");
+  detail::load_optimizer_tree(optimizer_, e[5]);
   const c10::ArrayRef<c10::IValue> names = e[6].toListRef();
   const c10::ArrayRef<c10::IValue> values = e[7].toListRef();
   if (names.size() != fields_.size()) {
@@ -212,13 +187,22 @@ void TorchState::deserialize(const std::string& bytes) {
   }
 }
 
-void TorchState::save() { saved_ = serialize(); }
+void TorchState::save() { saved_ = detail::copy_into(saved_, current()); }
 
-void TorchState::restore() { deserialize(saved_); }
+void TorchState::restore() { apply(saved_); }
 
 void TorchState::sync() {
-  saved_ = broadcast_string(hvd::rank() == 0 ? serialize() : std::string(), 0, "hvd.elastic.sync");
-  deserialize(saved_);
+  if (hvd::rank() == 0) save();
+  const std::string bytes =
+      broadcast_string(hvd::rank() == 0 ? saved_bytes() : std::string(), 0, "hvd.elastic.sync");
+  if (hvd::rank() != 0) load_saved_bytes(bytes);
+  apply(saved_);
+}
+
+std::string TorchState::saved_bytes() const { return detail::to_payload(saved_); }
+
+void TorchState::load_saved_bytes(const std::string& bytes) {
+  saved_ = detail::from_payload(bytes);
 }
 
 }  // namespace hvd::elastic

@@ -24,6 +24,7 @@
 // commits at the same step.
 #pragma once
 
+#include <ATen/core/ivalue.h>
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 #include <torch/optim/optimizer.h>
@@ -151,19 +152,21 @@ class TorchState : public State {
   void save() override;
   void restore() override;
   void sync() override;
-  std::string saved_bytes() const override { return saved_; }
-  void load_saved_bytes(const std::string& bytes) override { saved_ = bytes; }
+  std::string saved_bytes() const override;
+  void load_saved_bytes(const std::string& bytes) override;
 
  private:
   [[noreturn]] void throw_field_type(const std::string& name) const;
-  std::string serialize() const;
-  void deserialize(const std::string& bytes);
+  /// The live values as the saved form's tree (holding the live tensors).
+  c10::IValue current() const;
+  /// Writes a saved tree into the live values.
+  void apply(const c10::IValue& tree);
 
   std::shared_ptr<torch::nn::Module> model_;
   torch::optim::Optimizer& optimizer_;
   Sampler* sampler_;
   std::map<std::string, Field> fields_;
-  std::string saved_;
+  c10::IValue saved_;  // the last commit's tree: its own tensors, reused by the next save()
 };
 
 /// Brings the ranks to the same state at the start of run() (see the top of this file); true
