@@ -16,9 +16,9 @@ HostDiscovery::HostDiscovery(boost::asio::io_context& io, std::string script, in
 void HostDiscovery::start() {
   launch();
   timer_.expires_after(std::chrono::seconds(1));
-  timer_.async_wait([this](boost::system::error_code ec) {
+  timer_.async_wait(life_.guard([this](boost::system::error_code ec) {
     if (!ec) tick();
-  });
+  }));
 }
 
 void HostDiscovery::tick() {
@@ -30,9 +30,9 @@ void HostDiscovery::tick() {
     launch();
   }
   timer_.expires_after(std::chrono::seconds(1));
-  timer_.async_wait([this](boost::system::error_code ec) {
+  timer_.async_wait(life_.guard([this](boost::system::error_code ec) {
     if (!ec) tick();
-  });
+  }));
 }
 
 void HostDiscovery::launch() {

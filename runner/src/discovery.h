@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hvd/runner/hosts.h"
+#include "hvd/runner/liveness.h"
 #include "hvd/runner/subprocess.h"
 
 namespace hvd::runner {
@@ -45,6 +46,7 @@ class HostDiscovery {
   std::vector<HostSlots> hosts_;
   int runs_ = 0;
   std::string last_problem_;
+  Liveness life_;  // guards the timer's handler
 };
 
 }  // namespace hvd::runner

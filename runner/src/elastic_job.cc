@@ -33,6 +33,7 @@
 #include "hvd/runner/env_forward.h"
 #include "hvd/runner/errors.h"
 #include "hvd/runner/launch_command.h"
+#include "hvd/runner/liveness.h"
 #include "hvd/runner/subprocess.h"
 #include "hvd/runner/supervisor.h"
 #include "network_setup.h"
@@ -111,8 +112,8 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     return discovery ? discovery->hosts() : job.static_hosts;
   };
   std::vector<HostNetwork> known;  // hosts that passed a preflight (re-checked after failures)
-  // Spare hosts' preflights run while a generation runs; kept until the end (their handlers
-  // refer to them while `io` runs), `collected` once their results went into `known`.
+  // Spare hosts' preflights run while a generation runs; `collected` once their results went
+  // into `known`.
   struct SpareCheck {
     std::unique_ptr<BackgroundPreflight> run;
     bool collected = false;
@@ -201,6 +202,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
         std::to_string(plan.np) + " rank(s) on " + format_host_list(plan.used));
     if (o.verbose) say("hvdrun: " + shell_join(sc.mpirun_argv));
 
+    Liveness life;  // the watch's handler refers to this iteration's locals
     int seq = 0;
     int sent_bits = kHostsUnchanged;
     std::vector<HostSlots> sent_hosts;
@@ -222,11 +224,11 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     };
     std::function<void()> arm = [&] {
       watch.expires_after(milliseconds(250));
-      watch.async_wait([&](boost::system::error_code ec) {
+      watch.async_wait(life.guard([&](boost::system::error_code ec) {
         if (ec) return;
         check();
         arm();
-      });
+      }));
     };
     arm();
     // The spare hosts' preflight, in the background: a later generation that takes one over
@@ -248,10 +250,9 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     GenerationOutcome outcome;
     server.set_generation(generation);  // a leftover wrapper of an earlier one is ignored
     supervise(io, server, sc, &outcome);
-    server.set_handlers({});  // supervise()'s handlers refer to its frame, gone now
     watch.cancel();
-    if (io.stopped()) io.restart();
-    io.poll();  // the cancelled wait's handler runs now, while what it captures lives
+    if (io.stopped()) io.restart();  // supervise() stops `io`; the preflights below run it
+    io.poll();  // what became ready meanwhile (a spare host's check ending) runs now
 
     for (auto& c : spare_checks) {
       if (c.collected || !c.run->done()) continue;

@@ -46,9 +46,9 @@ NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
                              const NetworkTarget& target);
 
 // Starts the preflight of `target.remote` (spare hosts; `known` is ignored) in the background on
-// `io` (BackgroundPreflight: keep it alive while `io` runs); passed_hosts() then gives those that
-// passed, as `known` takes them. A spare that fails is not reported: it is checked again, and
-// blacklisted on failure, when a generation needs it.
+// `io` (BackgroundPreflight: it advances while it exists and `io` runs); passed_hosts() then gives
+// those that passed, as `known` takes them. A spare that fails is not reported: it is checked
+// again, and blacklisted on failure, when a generation needs it.
 std::unique_ptr<BackgroundPreflight> start_spare_preflight(boost::asio::io_context& io,
                                                            const Options& o,
                                                            const NetworkTarget& target);

@@ -38,14 +38,13 @@ bool BackgroundPreflight::done() const {
 
 PreflightResult run_preflight(boost::asio::io_context& io, const PreflightConfig& config) {
   auto t0 = std::chrono::steady_clock::now();
-  auto run = std::make_shared<BackgroundPreflight>(io, config);
+  auto run = std::make_unique<BackgroundPreflight>(io, config);
   run->start();
   // The listener keeps `io` busy, so run until every check has finished.
   while (!run->done() && !io.stopped()) io.run_one();
   PreflightResult result;
   result.hosts = run->hosts();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.keep_alive = run;
   return result;
 }
 

@@ -28,16 +28,16 @@ void HostCheck::start() {
   start_ = std::chrono::steady_clock::now();
   deadline_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(config_.timeout_s)));
-  deadline_.async_wait([this](boost::system::error_code ec) {
+  deadline_.async_wait(life_.guard([this](boost::system::error_code ec) {
     if (ec || finished_) return;
     fail("no answer from " + result_.host + " within --start-timeout " +
          seconds_text(config_.timeout_s) + " s while " + step_ +
          "; check that the host is up and reachable, or raise --start-timeout");
-  });
+  }));
   const int port = config_.ssh_port > 0 ? config_.ssh_port : 22;
   resolver_.async_resolve(
       result_.host, std::to_string(port),
-      [this](boost::system::error_code ec, const tcp::resolver::results_type& results) {
+      life_.guard([this](boost::system::error_code ec, const tcp::resolver::results_type& results) {
         if (finished_) return;
         if (ec) {
           fail("cannot resolve host name '" + result_.host + "' (" + ec.message() +
@@ -45,28 +45,29 @@ void HostCheck::start() {
           return;
         }
         connect(results);
-      });
+      }));
 }
 
 void HostCheck::connect(const tcp::resolver::results_type& endpoints) {
   const int port = config_.ssh_port > 0 ? config_.ssh_port : 22;
   step_ = "connecting to the ssh port " + std::to_string(port);
-  asio::async_connect(
-      socket_, endpoints, [this, port](boost::system::error_code ec, const tcp::endpoint&) {
-        if (finished_) return;
-        boost::system::error_code ignored;
-        socket_.close(ignored);
-        if (ec) {
-          std::string why = ec == asio::error::connection_refused
-                                ? "connection refused: is sshd running there? start it, or "
-                                  "pass -p PORT if it listens elsewhere"
-                                : ec.message() + "; check the network, firewall and -p PORT";
-          fail("cannot connect to " + result_.host + " port " + std::to_string(port) + " (" + why +
-               ")");
-          return;
-        }
-        run_agent();
-      });
+  asio::async_connect(socket_, endpoints,
+                      life_.guard([this, port](boost::system::error_code ec, const tcp::endpoint&) {
+                        if (finished_) return;
+                        boost::system::error_code ignored;
+                        socket_.close(ignored);
+                        if (ec) {
+                          std::string why =
+                              ec == asio::error::connection_refused
+                                  ? "connection refused: is sshd running there? start it, or "
+                                    "pass -p PORT if it listens elsewhere"
+                                  : ec.message() + "; check the network, firewall and -p PORT";
+                          fail("cannot connect to " + result_.host + " port " +
+                               std::to_string(port) + " (" + why + ")");
+                          return;
+                        }
+                        run_agent();
+                      }));
 }
 
 void HostCheck::run_agent() {

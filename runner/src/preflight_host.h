@@ -9,13 +9,15 @@
 #include <memory>
 #include <string>
 
+#include "hvd/runner/liveness.h"
 #include "hvd/runner/preflight.h"
 #include "hvd/runner/subprocess.h"
 
 namespace hvd::runner::detail {
 
 // resolve -> TCP connect to the ssh port -> ssh ... hvdrun --agent; everything bounded by one
-// deadline. Writes into `result`; never throws from handlers.
+// deadline. Writes into `result`; never throws from handlers. May be destroyed at any time: its
+// handlers still queued then do nothing.
 class HostCheck {
  public:
   HostCheck(boost::asio::io_context& io, const PreflightConfig& config, HostResult& result);
@@ -41,6 +43,7 @@ class HostCheck {
   std::string out_, err_;
   std::string step_ = "resolving the host name";
   bool finished_ = false;
+  Liveness life_;  // guards every handler given to the io_context
 };
 
 }  // namespace hvd::runner::detail

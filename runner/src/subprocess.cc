@@ -84,7 +84,7 @@ void Subprocess::signal(int sig) {
 
 void Subprocess::read_some(Pipe& p) {
   p.stream.async_read_some(asio::buffer(p.buf),
-                           [this, &p](boost::system::error_code ec, std::size_t n) {
+                           life_.guard([this, &p](boost::system::error_code ec, std::size_t n) {
                              if (!ec) {
                                p.partial.append(p.buf, n);
                                size_t nl;
@@ -103,12 +103,12 @@ void Subprocess::read_some(Pipe& p) {
                              boost::system::error_code ignored;
                              p.stream.close(ignored);
                              maybe_finish();
-                           });
+                           }));
 }
 
 void Subprocess::poll_exit() {
   poll_timer_.expires_after(20ms);
-  poll_timer_.async_wait([this](boost::system::error_code ec) {
+  poll_timer_.async_wait(life_.guard([this](boost::system::error_code ec) {
     if (ec) return;
     int status = 0;
     pid_t r = waitpid(pid_, &status, WNOHANG);
@@ -116,7 +116,7 @@ void Subprocess::poll_exit() {
       reaped_ = true;
       status_ = r == pid_ ? status : 0;
       drain_timer_.expires_after(300ms);
-      drain_timer_.async_wait([this](boost::system::error_code e) {
+      drain_timer_.async_wait(life_.guard([this](boost::system::error_code e) {
         if (e) return;
         for (Pipe* p : {&out_, &err_}) {
           if (p->open) {
@@ -126,12 +126,12 @@ void Subprocess::poll_exit() {
           }
         }
         maybe_finish();
-      });
+      }));
       maybe_finish();
       return;
     }
     poll_exit();
-  });
+  }));
 }
 
 void Subprocess::maybe_finish() {

@@ -17,6 +17,7 @@
 #include "hvd/runner/elastic.h"
 #include "hvd/runner/elastic_watchdog.h"
 #include "hvd/runner/errors.h"
+#include "hvd/runner/liveness.h"
 #include "hvd/runner/subprocess.h"
 #include "hvd/runner/tag_output.h"
 #include "hvd/runner/wire.h"
@@ -76,6 +77,10 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   int hellos = 0;
   std::set<int> done;  // ranks whose program reported completion (elastic)
   const auto grace = std::chrono::milliseconds(static_cast<long>(cfg.grace_s * 1000));
+  // Every handler below refers to this frame. Some may run after it is gone: a timer that
+  // expired in the pass that stopped `io` keeps its handler queued (cancel() cannot recall it)
+  // until the caller runs `io` again, and the server keeps the handlers. Each is guarded.
+  Liveness life;
 
   Subprocess mpirun(io, cfg.mpirun_argv, true);
   asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
@@ -94,7 +99,7 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
     server.broadcast(MessageKind::kTerm);
     if (server.open_wrappers() == 0) mpirun.signal(SIGTERM);  // nothing started yet
     kill_timer.expires_after(grace);
-    kill_timer.async_wait([&](boost::system::error_code ec) {
+    kill_timer.async_wait(life.guard([&](boost::system::error_code ec) {
       if (ec) return;
       if (cfg.verbose) write_line(2, "hvdrun: grace period over; sending KILL");
       server.broadcast(MessageKind::kKill);
@@ -102,26 +107,26 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
       mpirun.signal(SIGTERM);
       kill_timer.expires_after(std::min(grace, std::chrono::milliseconds(2000)) +
                                std::chrono::milliseconds(500));
-      kill_timer.async_wait([&](boost::system::error_code ec2) {
+      kill_timer.async_wait(life.guard([&](boost::system::error_code ec2) {
         if (!ec2) mpirun.signal(SIGKILL);
-      });
-    });
+      }));
+    }));
   };
   auto maybe_done = [&] {
     if (mpirun_done && server.open_wrappers() == 0) io.stop();
   };
 
   ControlServer::Handlers h;
-  h.on_hello = [&](const Message& m) {
+  h.on_hello = life.guard([&](const Message& m) {
     ++hellos;
     watchdog.started(m.rank, m.host);
-  };
-  h.on_beat = [&](const Message& m) {
+  });
+  h.on_beat = life.guard([&](const Message& m) {
     if (m.value < 0) watchdog.finished(m.rank);
     if (m.value >= 0) watchdog.progress(m.rank, since(t0));
-  };
-  h.on_done = [&](const Message& m) { done.insert(m.rank); };
-  h.on_exit = [&](const Message& m) {
+  });
+  h.on_done = life.guard([&](const Message& m) { done.insert(m.rank); });
+  h.on_exit = life.guard([&](const Message& m) {
     watchdog.finished(m.rank);
     if (cfg.elastic && first && stop_signal == 0 &&
         supersedes_restart_request(first->code, m.value, kill_sent)) {
@@ -145,8 +150,8 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
     write_line(2, "hvdrun: rank " + std::to_string(m.rank) + " on host " + m.host + " failed (" +
                       describe_exit_code(m.value) + "); stopping all ranks");
     begin_stop();
-  };
-  h.on_close = [&](int rank, const std::string& host, bool exited) {
+  });
+  h.on_close = life.guard([&](int rank, const std::string& host, bool exited) {
     if (!exited && !first && stop_signal == 0) {
       first = Failure{rank, host, kExitLaunch};
       write_line(2, "hvdrun: lost contact with rank " + std::to_string(rank) + " on host " + host +
@@ -154,11 +159,11 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
       begin_stop();
     }
     maybe_done();
-  };
+  });
   server.set_handlers(h);
 
   std::function<void()> wait_signal = [&] {
-    signals.async_wait([&](boost::system::error_code ec, int sig) {
+    signals.async_wait(life.guard([&](boost::system::error_code ec, int sig) {
       if (ec) return;
       // Recorded even while a failed rank's generation is being stopped: the signal still
       // ends the job (elastic mode restarts nothing after it).
@@ -175,14 +180,14 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
       }
       begin_stop();
       wait_signal();
-    });
+    }));
   };
   wait_signal();
 
   // The step watchdog: a rank that stopped making progress is handled like a dead one.
   std::function<void()> watch = [&] {
     watchdog_timer.expires_after(std::chrono::milliseconds(500));
-    watchdog_timer.async_wait([&](boost::system::error_code ec) {
+    watchdog_timer.async_wait(life.guard([&](boost::system::error_code ec) {
       if (ec || stopping) return;
       if (auto stall = watchdog.check(since(t0)); stall && !first && stop_signal == 0) {
         first = Failure{stall->ranks.front(), watchdog.host_of(stall->ranks.front()), kExitStalled};
@@ -191,7 +196,7 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
         return;
       }
       watch();
-    });
+    }));
   };
   if (cfg.elastic && cfg.step_timeout_s > 0) watch();
 
@@ -204,9 +209,9 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
       // mpirun is gone but some wrappers are not: stop them, and give up after the grace.
       begin_stop();
       final_timer.expires_after(grace + std::chrono::seconds(1));
-      final_timer.async_wait([&](boost::system::error_code ec) {
+      final_timer.async_wait(life.guard([&](boost::system::error_code ec) {
         if (!ec) io.stop();
-      });
+      }));
     }
     maybe_done();
   });

@@ -36,9 +36,6 @@ struct PreflightResult {
   std::vector<HostResult> hosts;  // in the order given
   double seconds = 0;
   bool ok() const;
-  // The per-host state machines; their last handlers may still be queued on the io_context,
-  // so keep the result alive for as long as the io_context runs.
-  std::shared_ptr<void> keep_alive;
 };
 
 // For each host, bounded by timeout_s: resolve; TCP connect to the ssh port; one
@@ -53,8 +50,8 @@ class HostCheck;
 }
 
 // A preflight that runs in the background: start() queues every host's check on `io`, and they
-// advance whenever `io` runs (elastic mode checks spare hosts while a generation runs). Keep it
-// alive for as long as `io` runs after start(): its checks' handlers refer to it.
+// advance whenever `io` runs (elastic mode checks spare hosts while a generation runs).
+// Destroying it abandons the checks still running (their handlers left on `io` do nothing).
 class BackgroundPreflight {
  public:
   BackgroundPreflight(boost::asio::io_context& io, PreflightConfig config);

@@ -11,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "hvd/runner/liveness.h"
+
 namespace hvd::runner {
 
 // Runs argv[0] (PATH lookup) with stdin from /dev/null and stdout/stderr piped back line by
 // line. The exit handler runs once, after the child is reaped and its pipes are drained (or
-// 300 ms after reaping when a descendant keeps a pipe open). Not copyable; must outlive the
-// io_context's run().
+// 300 ms after reaping when a descendant keeps a pipe open). Not copyable. May be destroyed at
+// any time (a running child is killed): its handlers still queued on the io_context then do
+// nothing, and its line and exit handlers are not called.
 class Subprocess {
  public:
   using LineHandler = std::function<void(const std::string&)>;
@@ -65,6 +68,7 @@ class Subprocess {
   boost::asio::steady_timer poll_timer_;
   boost::asio::steady_timer drain_timer_;
   ExitHandler exit_handler_;
+  Liveness life_;  // guards every handler given to the io_context
 };
 
 }  // namespace hvd::runner

@@ -26,6 +26,7 @@ struct SuperviseConfig {
 // that ends non-zero: TERM to every wrapper and to mpirun, then KILL after the grace period.
 // Returns hvdrun's exit code: the first failed rank's code, 128+signal, or mpirun's code.
 // With `outcome`, also says whether rank 0 reported completion and which signal stopped hvdrun.
+// Handlers it leaves queued on `io` (or in `server`) do nothing once it has returned.
 int supervise(boost::asio::io_context& io, ControlServer& server, const SuperviseConfig& config,
               GenerationOutcome* outcome = nullptr);
 
