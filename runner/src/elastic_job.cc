@@ -119,6 +119,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     bool collected = false;
   };
   std::vector<SpareCheck> spare_checks;
+  std::vector<std::string> spares_passed;  // passed in the background, not used since
   auto blacklist_host = [&](const std::string& host, const std::string& why) {
     const double cooldown = blacklist.add(host, now_s());
     known.erase(std::remove_if(known.begin(), known.end(),
@@ -167,6 +168,16 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     std::vector<std::string> remote;
     for (const auto& h : plan.used) {
       if (!is_local_host(h.name, job.own_hostname)) remote.push_back(h.name);
+    }
+    for (const auto& h : remote) {
+      auto s = std::find(spares_passed.begin(), spares_passed.end(), h);
+      if (s == spares_passed.end()) continue;
+      const bool listed = std::any_of(known.begin(), known.end(),
+                                      [&](const HostNetwork& k) { return k.host == h; });
+      if (o.verbose && listed) {
+        say("hvdrun: elastic: preflight skipped for host " + h + " (checked in the background)");
+      }
+      spares_passed.erase(s);
     }
     NetworkSetup net = prepare_network(
         io, o, {remote, server.port(), job.token, job.self, job.cwd, job.path, known});
@@ -260,7 +271,11 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
       for (auto& n : passed_hosts(*c.run)) {
         const bool listed = std::any_of(known.begin(), known.end(),
                                         [&](const HostNetwork& k) { return k.host == n.host; });
-        if (!listed && !blacklist.blocked(n.host, now_s())) known.push_back(std::move(n));
+        if (listed || blacklist.blocked(n.host, now_s())) continue;
+        if (o.verbose)
+          say("hvdrun: elastic: spare host " + n.host + " passed its preflight in the background");
+        spares_passed.push_back(n.host);
+        known.push_back(std::move(n));
       }
     }
 

@@ -8,7 +8,8 @@
 // lowest local rank of each host commits {step, w} to $HVD_ELASTIC_STATE_DIR/snapshot; a
 // generation resumes from the newest commit of any host (resume_from_newest); a failed collective
 // leaves with exit 75 for hvdrun's next generation; the end writes the completion file. In
-// generation 0 rank --fail-rank SIGKILLs itself once --fail-step steps are done.
+// generation 0 rank --fail-rank SIGKILLs itself once --fail-step steps are done. --step-ms
+// sleeps that long after each step (a generation that lasts a while).
 //
 // Every rank checks w against the closed form (np the same in every generation):
 //   w[i] = -(i + 1) * (size + 1) / 2 * steps * (steps + 1) / 2
@@ -16,7 +17,7 @@
 //   ELASTIC_STORE_JOB gen=G rank=R resumed_step=S commit=C steps=N w=ok|WRONG
 // (resumed_step/commit -1: started without a snapshot). Exit 1 when w is wrong.
 //
-//   elastic_store_job [--steps N] [--fail-step S] [--fail-rank R]
+//   elastic_store_job [--steps N] [--fail-step S] [--fail-rank R] [--step-ms MS]
 #include <signal.h>
 #include <unistd.h>
 
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
   const int64_t steps = flag(argc, argv, "--steps", 12);
   const int64_t fail_step = flag(argc, argv, "--fail-step", -1);
   const int64_t fail_rank = flag(argc, argv, "--fail-rank", 1);
+  const int64_t step_ms = flag(argc, argv, "--step-ms", 0);
   const char* gen_env = std::getenv("HVD_ELASTIC_GENERATION");  // set by hvdrun --min-np
   const int generation = gen_env != nullptr ? std::atoi(gen_env) : 0;
   const hvd::elastic::Environment env = hvd::elastic::environment();
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
                      "elastic_store_job.step", hvd::ReduceOp::kSum);
       for (int i = 0; i < kValues; ++i) state.w[i] -= contribution[i] / size;
       ++state.step;
+      if (step_ms > 0) ::usleep(static_cast<useconds_t>(step_ms * 1000));
       if (state.step % kCommitEvery == 0 && !env.state_dir.empty()) {
         ++commit_id;
         if (hvd::local_rank() == 0) {
