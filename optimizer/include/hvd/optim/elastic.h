@@ -108,9 +108,12 @@ class State {
   uint64_t commit_id_ = 0;
 };
 
-/// A libtorch job's state: the model's parameters and buffers, the optimizer's state (of
-/// any libtorch optimizer, e.g. one wrapped by hvd::DistributedOptimizer), an optional Sampler
-/// and typed user fields (int64_t, double, std::string).
+/// A libtorch job's state: the model's parameters and buffers, the optimizer's state and
+/// param-group options (of the optimizer hvd::DistributedOptimizer wraps; SGD, Adam, AdamW,
+/// Adagrad and RMSprop are copied field by field, any other optimizer goes through its
+/// serialize() archive, which libtorch 1.13's LBFGS fails once it has stepped), an optional
+/// Sampler and typed user fields (int64_t, double, std::string). save() copies the values into
+/// the previous save's tensors.
 class TorchState : public State {
  public:
   using Field = std::variant<int64_t, double, std::string>;
