@@ -22,7 +22,7 @@ void HostDiscovery::start() {
 }
 
 void HostDiscovery::tick() {
-  if (proc_ && proc_->running()) {
+  if (busy_) {  // until its exit handler ran: reaped is not enough (its output may be unread)
     if (std::chrono::steady_clock::now() - started_ > std::chrono::seconds(30)) {
       proc_->signal(SIGKILL);
     }
@@ -45,6 +45,7 @@ void HostDiscovery::launch() {
     std::cerr << "hvdrun: host discovery script: " << line << "\n";
   });
   proc_->on_exit([this](int status) {
+    busy_ = false;
     ++runs_;
     const int code = exit_code_from_wait_status(status);
     std::string problem;
@@ -68,6 +69,7 @@ void HostDiscovery::launch() {
   });
   try {
     proc_->start();
+    busy_ = true;
   } catch (const std::exception& e) {
     std::cerr << "hvdrun: elastic: cannot run --host-discovery-script: " << e.what() << "\n";
     proc_.reset();

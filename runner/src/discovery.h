@@ -15,9 +15,9 @@
 
 namespace hvd::runner {
 
-// Polls `sh -c script` once a second (a run still going at the next tick is left alone; one
-// that runs past 30 s is killed). A run that fails or prints a bad line is reported on stderr
-// (each distinct problem once) and leaves the previous hosts in place.
+// Polls `sh -c script` once a second (a run still going at the next tick, its output not all
+// read, is left alone; one that runs past 30 s is killed). A run that fails or prints a bad line is
+// reported on stderr (each distinct problem once) and leaves the previous hosts in place.
 class HostDiscovery {
  public:
   HostDiscovery(boost::asio::io_context& io, std::string script, int default_slots);
@@ -41,6 +41,7 @@ class HostDiscovery {
   int default_slots_;
   boost::asio::steady_timer timer_;
   std::unique_ptr<Subprocess> proc_;
+  bool busy_ = false;  // proc_ started, its exit handler not run yet
   std::chrono::steady_clock::time_point started_;
   std::string output_;
   std::vector<HostSlots> hosts_;
