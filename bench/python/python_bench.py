@@ -3,7 +3,7 @@
 
     mpirun -np 2 --bind-to none /usr/bin/python3 bench/python/python_bench.py \
         [--cpp hvd_bench.txt] [--steps 30] [--iters 30] [--only train|allreduce]
-        [--case 64x16Ki] [--repeat N] [--models cnn,mlp,resnet18]
+        [--case 64x16Ki] [--repeat N] [--models cnn,mlp,resnet18] [--rounds N]
 
 1. Training: samples/s of hvd.torch.DistributedOptimizer against DistributedDataParallel
    (gloo) and against no-comm (every rank trains the same model with the plain optimizer at
@@ -12,7 +12,8 @@
    batch 64 per rank), a deep MLP (24 x Linear(256, 256) + Linear(256, 10), ~1.6M parameters,
    50 tensors, batch 64 per rank) and torchvision's ResNet-18 (11.2M parameters, 62 tensors,
    64x64 inputs, batch 16 per rank). Each number is the median step time over --steps steps
-   and alternating rounds (hvd, DDP, no-comm, hvd, DDP, no-comm). --models picks some.
+   and alternating rounds (hvd, DDP, no-comm, hvd, DDP, no-comm; --rounds N of them, default 2:
+   above 2 also the median, min and max of each round's ratios). --models picks some.
 2. Allreduce (Sum, float32) of K tensors of S floats: hvd.torch's allreduce_async_ per tensor +
    synchronize, grouped_allreduce_, and gloo's K all_reduce(async_op=True) + wait; medians of
    the slowest rank, compared with the C++ API's figures from hvd_bench (--cpp: its output).
@@ -109,28 +110,43 @@ def train_steps(kind, impl, steps):
     return times
 
 
-def bench_train(steps, models):
+def bench_train(steps, models, rounds):
     rows = []
     for kind in models:
         res = {impl: [] for impl in IMPLS}
-        for _ in range(2):
+        # Per round: hvd's median step time over no-comm's and DDP's of the same round (the
+        # machine's speed drifts between rounds; neighbours see the same).
+        per_round = {"ddp": [], "none": []}
+        for _ in range(rounds):
+            got = {impl: train_steps(kind, impl, steps) for impl in IMPLS}
             for impl in IMPLS:
-                res[impl] += train_steps(kind, impl, steps)
+                res[impl] += got[impl]
+            for other in per_round:
+                per_round[other].append(statistics.median(got[other]) /
+                                        statistics.median(got["hvd"]))
         n = hvd.size() * MODELS[kind][2]
         sps = {impl: n / statistics.median(res[impl]) * 1e3 for impl in IMPLS}
-        rows.append((kind, sps))
+        rows.append((kind, sps, per_round))
     if hvd.rank() == 0:
         print(f"training: samples/s, np={hvd.size()}, 1 thread/rank, median step of the slowest "
               "rank; no-comm: the plain optimizer on every rank, no communication")
         print(f"{'model':<9} {'params':>9} {'tensors':>8} {'batch':>6} {'hvd.torch':>10} "
               f"{'DDP gloo':>10} {'no-comm':>10} {'hvd/DDP':>8} {'hvd/no-comm':>12}")
-        for kind, sps in rows:
+        for kind, sps, _ in rows:
             m = MODELS[kind][0]()
             params = sum(p.numel() for p in m.parameters())
             tensors = len(list(m.parameters()))
             h, d, z = sps["hvd"], sps["ddp"], sps["none"]
             print(f"{kind:<9} {params:>9} {tensors:>8} {MODELS[kind][2]:>6} {h:>10.1f} "
                   f"{d:>10.1f} {z:>10.1f} {h / d:>7.2f}x {h / z:>11.3f}")
+        if rounds > 2:
+            print(f"per round ({rounds} rounds of hvd, DDP, no-comm): median [min, max] of the "
+                  "round's ratio")
+            for kind, _, per_round in rows:
+                ddp, none = sorted(per_round["ddp"]), sorted(per_round["none"])
+                print(f"{kind:<9} hvd/DDP {statistics.median(ddp):.2f}x [{ddp[0]:.2f}, "
+                      f"{ddp[-1]:.2f}]  hvd/no-comm {statistics.median(none):.3f} "
+                      f"[{none[0]:.3f}, {none[-1]:.3f}]")
         print()
 
 
@@ -247,6 +263,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpp", default="")
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="training: rounds of (hvd, DDP, no-comm); above 2 also prints the "
+                    "spread of the per-round ratios")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--only", choices=["train", "allreduce"], default=None)
     ap.add_argument("--case", choices=[c[2] for c in CASES], default=None)
@@ -271,7 +290,7 @@ def main():
         bench_case(a.case, a.iters, a.repeat)
     else:
         if a.only in (None, "train"):
-            bench_train(a.steps, models)
+            bench_train(a.steps, models, a.rounds)
         if a.only in (None, "allreduce"):
             bench_allreduce(a.iters, read_cpp(a.cpp))
     dist.destroy_process_group()
