@@ -16,17 +16,8 @@ export HVD_TESTHOSTS_PREFIX=hvdsp HVD_TESTHOSTS_SUBNET=10.201.37 HVD_TESTHOSTS_P
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 A=hvdsp1 B=hvdsp2 C=hvdsp3
 "$RIG" check || exit 77
-fail=0
-check() {  # check WHAT COMMAND...
-  local what=$1
-  shift
-  if "$@"; then
-    echo "ok: $what"
-  else
-    echo "FAIL: $what"
-    fail=1
-  fi
-}
+# shellcheck source=../common/check.sh
+source "$(dirname "$0")/../common/check.sh"  # check WHAT COMMAND...
 err=$(mktemp)
 trap '"$RIG" down >/dev/null 2>&1; rm -f "$err"' EXIT
 start=$SECONDS

@@ -9,17 +9,8 @@ set -uo pipefail
 HVDRUN=${1:?usage: elastic_store_job_test.sh HVDRUN ELASTIC_STORE_JOB}
 JOB=${2:?usage: elastic_store_job_test.sh HVDRUN ELASTIC_STORE_JOB}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fail=0
-check() {  # check WHAT COMMAND...
-  local what=$1
-  shift
-  if "$@"; then
-    echo "ok: $what"
-  else
-    echo "FAIL: $what"
-    fail=1
-  fi
-}
+# shellcheck source=../common/check.sh
+source "$(dirname "$0")/../common/check.sh"  # check WHAT COMMAND...
 
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
