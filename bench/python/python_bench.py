@@ -13,7 +13,9 @@
    50 tensors, batch 64 per rank) and torchvision's ResNet-18 (11.2M parameters, 62 tensors,
    64x64 inputs, batch 16 per rank). Each number is the median step time over --steps steps
    and alternating rounds (hvd, DDP, no-comm, hvd, DDP, no-comm; --rounds N of them, default 2:
-   above 2 also the median, min and max of each round's ratios). --models picks some.
+   above 2 also the median, min and max of each round's ratios), and the CPU time per step of a
+   rank's process (all threads), which moves far less with the machine's load than the step
+   time. --models picks some.
 2. Allreduce (Sum, float32) of K tensors of S floats: hvd.torch's allreduce_async_ per tensor +
    synchronize, grouped_allreduce_, and gloo's K all_reduce(async_op=True) + wait; medians of
    the slowest rank, compared with the C++ API's figures from hvd_bench (--cpp: its output).
@@ -97,17 +99,22 @@ def train_steps(kind, impl, steps):
     else:
         net = nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    times = []
+    times, cpu = [], 0.0
     for i in range(steps + 5):
         hvd.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad()
         F.cross_entropy(net(xs[i % 4]), ys[i % 4]).backward()
         opt.step()
         dt = (time.perf_counter() - t0) * 1e3
         if i >= 5:
+            cpu += time.process_time() - c0
             times.append(slowest(dt))
-    return times
+    # The process's CPU time per step (every thread: hvd's background thread, gloo's), mean over
+    # the ranks: unlike the step time, it hardly moves with the machine's load.
+    cpu_ms = hvd.allreduce(torch.tensor([cpu * 1e3 / steps], dtype=torch.float64), op=hvd.Average,
+                           name="bench.cpu").item()
+    return times, cpu_ms
 
 
 def bench_train(steps, models, rounds):
@@ -117,22 +124,24 @@ def bench_train(steps, models, rounds):
         # Per round: hvd's median step time over no-comm's and DDP's of the same round (the
         # machine's speed drifts between rounds; neighbours see the same).
         per_round = {"ddp": [], "none": []}
+        cpu = {impl: [] for impl in IMPLS}
         for _ in range(rounds):
             got = {impl: train_steps(kind, impl, steps) for impl in IMPLS}
             for impl in IMPLS:
-                res[impl] += got[impl]
+                res[impl] += got[impl][0]
+                cpu[impl].append(got[impl][1])
             for other in per_round:
-                per_round[other].append(statistics.median(got[other]) /
-                                        statistics.median(got["hvd"]))
+                per_round[other].append(statistics.median(got[other][0]) /
+                                        statistics.median(got["hvd"][0]))
         n = hvd.size() * MODELS[kind][2]
         sps = {impl: n / statistics.median(res[impl]) * 1e3 for impl in IMPLS}
-        rows.append((kind, sps, per_round))
+        rows.append((kind, sps, per_round, {i: statistics.median(c) for i, c in cpu.items()}))
     if hvd.rank() == 0:
         print(f"training: samples/s, np={hvd.size()}, 1 thread/rank, median step of the slowest "
               "rank; no-comm: the plain optimizer on every rank, no communication")
         print(f"{'model':<9} {'params':>9} {'tensors':>8} {'batch':>6} {'hvd.torch':>10} "
               f"{'DDP gloo':>10} {'no-comm':>10} {'hvd/DDP':>8} {'hvd/no-comm':>12}")
-        for kind, sps, _ in rows:
+        for kind, sps, _, _ in rows:
             m = MODELS[kind][0]()
             params = sum(p.numel() for p in m.parameters())
             tensors = len(list(m.parameters()))
@@ -142,11 +151,16 @@ def bench_train(steps, models, rounds):
         if rounds > 2:
             print(f"per round ({rounds} rounds of hvd, DDP, no-comm): median [min, max] of the "
                   "round's ratio")
-            for kind, _, per_round in rows:
+            for kind, _, per_round, _ in rows:
                 ddp, none = sorted(per_round["ddp"]), sorted(per_round["none"])
                 print(f"{kind:<9} hvd/DDP {statistics.median(ddp):.2f}x [{ddp[0]:.2f}, "
                       f"{ddp[-1]:.2f}]  hvd/no-comm {statistics.median(none):.3f} "
                       f"[{none[0]:.3f}, {none[-1]:.3f}]")
+        print("CPU time per step (ms, a rank's process, all its threads; median of the rounds): "
+              "what each costs the machine")
+        for kind, _, _, c in rows:
+            print(f"{kind:<9} hvd {c['hvd']:.1f}  DDP {c['ddp']:.1f}  no-comm {c['none']:.1f}  "
+                  f"no-comm/hvd {c['none'] / c['hvd']:.3f}  DDP/hvd {c['ddp'] / c['hvd']:.2f}x")
         print()
 
 
