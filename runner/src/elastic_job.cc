@@ -112,6 +112,10 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     return discovery ? discovery->hosts() : job.static_hosts;
   };
   std::vector<HostNetwork> known;  // hosts that passed a preflight (re-checked after failures)
+  auto is_known = [&](const std::string& host) {
+    return std::any_of(known.begin(), known.end(),
+                       [&](const HostNetwork& k) { return k.host == host; });
+  };
   // Spare hosts' preflights run while a generation runs; `collected` once their results went
   // into `known`.
   struct SpareCheck {
@@ -172,9 +176,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     for (const auto& h : remote) {
       auto s = std::find(spares_passed.begin(), spares_passed.end(), h);
       if (s == spares_passed.end()) continue;
-      const bool listed = std::any_of(known.begin(), known.end(),
-                                      [&](const HostNetwork& k) { return k.host == h; });
-      if (o.verbose && listed) {
+      if (o.verbose && is_known(h)) {
         say("hvdrun: elastic: preflight skipped for host " + h + " (checked in the background)");
       }
       spares_passed.erase(s);
@@ -269,9 +271,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
       if (c.collected || !c.run->done()) continue;
       c.collected = true;
       for (auto& n : passed_hosts(*c.run)) {
-        const bool listed = std::any_of(known.begin(), known.end(),
-                                        [&](const HostNetwork& k) { return k.host == n.host; });
-        if (listed || blacklist.blocked(n.host, now_s())) continue;
+        if (is_known(n.host) || blacklist.blocked(n.host, now_s())) continue;
         if (o.verbose)
           say("hvdrun: elastic: spare host " + n.host + " passed its preflight in the background");
         spares_passed.push_back(n.host);
