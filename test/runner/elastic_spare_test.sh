@@ -17,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 A=hvdsp1 B=hvdsp2 C=hvdsp3
 "$RIG" check || exit 77
 # shellcheck source=../common/check.sh
-source "$(dirname "$0")/../common/check.sh"  # check WHAT COMMAND...
+source "$(dirname "$0")/../common/check.sh"  # check WHAT COMMAND..., check_exit
 err=$(mktemp)
 trap '"$RIG" down >/dev/null 2>&1; rm -f "$err"' EXIT
 start=$SECONDS
@@ -46,8 +46,4 @@ for r in 0 1; do
   check "rank $r of generation 1 resumed from commit 2 (step 6) and ends with the closed form" \
     grep -q "ELASTIC_STORE_JOB gen=1 rank=$r resumed_step=6 commit=2 steps=12 w=ok" <<<"$out"
 done
-echo "elastic_spare_test: $((SECONDS - start)) s"
-if [[ $fail -ne 0 ]]; then
-  printf -- '---- stdout\n%s\n---- stderr\n%s\n' "$out" "$log"
-fi
-exit "$fail"
+check_exit elastic_spare_test "$out" "$log"

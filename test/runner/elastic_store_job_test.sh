@@ -10,7 +10,7 @@ HVDRUN=${1:?usage: elastic_store_job_test.sh HVDRUN ELASTIC_STORE_JOB}
 JOB=${2:?usage: elastic_store_job_test.sh HVDRUN ELASTIC_STORE_JOB}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # shellcheck source=../common/check.sh
-source "$(dirname "$0")/../common/check.sh"  # check WHAT COMMAND...
+source "$(dirname "$0")/../common/check.sh"  # check WHAT COMMAND..., check_exit
 
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
@@ -30,8 +30,4 @@ for r in 0 1; do
 done
 gen0=$(grep -c "ELASTIC_STORE_JOB gen=0" <<<"$out")
 check "no rank of generation 0 finished ($gen0 did)" test "$gen0" -eq 0
-echo "elastic_store_job_test: $((SECONDS - start)) s"
-if [[ $fail -ne 0 ]]; then
-  printf -- '---- stdout\n%s\n---- stderr\n%s\n' "$out" "$log"
-fi
-exit "$fail"
+check_exit elastic_store_job_test "$out" "$log"
