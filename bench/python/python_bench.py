@@ -121,8 +121,8 @@ def bench_train(steps, models, rounds):
     rows = []
     for kind in models:
         res = {impl: [] for impl in IMPLS}
-        # Per round: hvd's median step time over no-comm's and DDP's of the same round (the
-        # machine's speed drifts between rounds; neighbours see the same).
+        # Per round: hvd's samples/s over DDP's and no-comm's of the same round (their median
+        # step time over hvd's; the machine's speed drifts between rounds, neighbours see the same).
         per_round = {"ddp": [], "none": []}
         cpu = {impl: [] for impl in IMPLS}
         for _ in range(rounds):
