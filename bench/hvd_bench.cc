@@ -10,7 +10,8 @@
 // (mean over ranks; the loop's includes MPI's polling while it waits for a peer): CPU time is
 // less noisy than wall time on a loaded machine.
 //
-//   mpirun -np 2 --bind-to none build/bench/hvd_bench [--iters N] [--case KxS|crossed]
+//   mpirun -np 2 --bind-to none build/bench/hvd_bench [--iters N] [--case KxS|crossed] [--hvd-only]
+//   --hvd-only: hvd's runs alone (no grouped, no raw MPI), for profiling hvd's own path.
 #include <mpi.h>
 
 #include <algorithm>
@@ -41,13 +42,16 @@ struct Case {
 int main(int argc, char** argv) {
   int iters = 30;
   std::string only;
+  bool hvd_only = false;  // --hvd-only: skip grouped and raw MPI (profiling hvd's own path)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
       iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--case") && i + 1 < argc)
       only = argv[++i];
+    else if (!std::strcmp(argv[i], "--hvd-only"))
+      hvd_only = true;
     else {
-      std::fprintf(stderr, "usage: hvd_bench [--iters N] [--case KxS|crossed]\n");
+      std::fprintf(stderr, "usage: hvd_bench [--iters N] [--case KxS|crossed] [--hvd-only]\n");
       return 2;
     }
   }
@@ -100,6 +104,14 @@ int main(int argc, char** argv) {
     const double runs = static_cast<double>(iters + 3);
     const double per_it[2] = {static_cast<double>(st1.rounds - st0.rounds) / runs,
                               static_cast<double>(st1.responses - st0.responses) / runs};
+    if (hvd_only) {
+      if (rank == 0) {
+        std::printf("%-10s %10.2f %12.3f %12s %12s %8s %12s %9.3f %9.3f %9.1f %9.1f\n", c.label,
+                    static_cast<double>(c.k * c.s * 4) / (1 << 20), t_hvd, "-", "-", "-", "-",
+                    cpu[0] / hvd::size(), cpu[1] / hvd::size(), per_it[0], per_it[1]);
+      }
+      continue;
+    }
     std::vector<hvd::TensorView> views;
     for (auto& t : ts)
       views.emplace_back(t.data(), hvd::DataType::kFloat32, std::vector<int64_t>{c.s});

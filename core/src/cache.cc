@@ -24,9 +24,14 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& r, uint32_t* bit) con
 ResponseCache::Lookup ResponseCache::lookup(const Request& r, int64_t hint, uint32_t* bit) const {
   if (hint >= 0 && hint < capacity_) {
     const Entry& e = entries_[static_cast<size_t>(hint)];
+    // same_params compares the names too: a hit costs one comparison of them, not two.
+    if (e.used && e.params.same_params(r)) {
+      *bit = static_cast<uint32_t>(hint);
+      return Lookup::kHit;
+    }
     if (e.used && e.params.name == r.name) {
       *bit = static_cast<uint32_t>(hint);
-      return e.params.same_params(r) ? Lookup::kHit : Lookup::kMismatch;
+      return Lookup::kMismatch;
     }
   }
   return lookup(r, bit);
@@ -45,7 +50,7 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
   }
   std::optional<uint32_t> evicted;
   if (free_bits_.empty()) {
-    evicted = lru_.back();
+    evicted = least_recent();
     erase(*evicted);
   }
   uint32_t bit = free_bits_.back();
@@ -55,16 +60,26 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
   e.params = params;
   e.response = response;
   e.used = true;
-  lru_.push_front(bit);
-  e.lru_pos = lru_.begin();
+  e.last_used = ++clock_;
   by_name_[params.name] = bit;
   return evicted;
 }
 
+uint32_t ResponseCache::least_recent() const {
+  uint32_t best = 0;
+  uint64_t oldest = UINT64_MAX;
+  for (size_t b = 0; b < entries_.size(); ++b) {
+    if (entries_[b].used && entries_[b].last_used < oldest) {
+      oldest = entries_[b].last_used;
+      best = static_cast<uint32_t>(b);
+    }
+  }
+  return best;
+}
+
 void ResponseCache::touch(uint32_t bit) {
   Entry& e = entries_.at(bit);
-  if (!e.used) return;
-  lru_.splice(lru_.begin(), lru_, e.lru_pos);
+  if (e.used) e.last_used = ++clock_;
 }
 
 void ResponseCache::erase(uint32_t bit) {
@@ -72,7 +87,6 @@ void ResponseCache::erase(uint32_t bit) {
   if (!e.used) return;
   if (!e.params.group.empty()) --grouped_;
   by_name_.erase(e.params.name);
-  lru_.erase(e.lru_pos);
   e.used = false;
   e.params = Request{};
   e.response = Response{};

@@ -34,8 +34,8 @@ struct Key {
 };
 
 bool same_key(const Key& a, const Key& b) {
-  if (a.op != b.op || *a.joined != *b.joined || a.dtype != b.dtype || a.device != b.device ||
-      a.process_set != b.process_set) {
+  if (a.op != b.op || (a.joined != b.joined && *a.joined != *b.joined) || a.dtype != b.dtype ||
+      a.device != b.device || a.process_set != b.process_set) {
     return false;
   }
   return a.op == OpType::kAllgather ||

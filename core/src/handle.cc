@@ -54,28 +54,39 @@ constexpr size_t kMaxPooled = 1 << 14;
 
 // Each thread first keeps up to kLocalBlocks of its own (no lock: a submitting thread allocates
 // and frees one block per collective); beyond that, and on other threads, the shared pool.
+// The blocks live in a trivially destructible thread_local, so that a thread reaches them with
+// one TLS lookup (a thread_local with a destructor is reached through a wrapper call per use);
+// LocalFlush, registered on the thread's first use, hands them back to the shared pool when
+// the thread exits.
 constexpr size_t kLocalBlocks = 256;
 struct LocalBlocks {
+  int state = 0;  // 0: not used yet on this thread, 1: in use, 2: the thread is exiting
   size_t block = 0;
-  std::vector<void*> free;
-  ~LocalBlocks();
+  size_t count = 0;
+  void* free[kLocalBlocks] = {};  // constant-initialized: no TLS init guard
 };
-// 0: t_local not used yet, 1: in use, 2: destroyed (thread exit). Trivially destructible, so
-// readable during thread exit, when t_local may be gone already.
-thread_local int t_local_state = 0;
 thread_local LocalBlocks t_local;
+// The address of this thread's blocks: one TLS lookup per call (each use of t_local in a
+// function would otherwise pay its own __tls_get_addr call in a shared library).
+__attribute__((noinline)) LocalBlocks* local_blocks() { return &t_local; }
+struct LocalFlush {
+  ~LocalFlush();
+};
+thread_local LocalFlush t_flush;
 
-LocalBlocks::~LocalBlocks() {
-  t_local_state = 2;
+LocalFlush::~LocalFlush() {
+  LocalBlocks& l = t_local;
+  l.state = 2;
   BlockPool& p = block_pool();
   std::lock_guard<std::mutex> lk(p.mu);
-  for (void* b : free) {
-    if (p.block == block && p.free.size() < kMaxPooled) {
-      p.free.push_back(b);
+  for (size_t i = 0; i < l.count; ++i) {
+    if (p.block == l.block && p.free.size() < kMaxPooled) {
+      p.free.push_back(l.free[i]);
     } else {
-      ::operator delete(b);
+      ::operator delete(l.free[i]);
     }
   }
+  l.count = 0;
 }
 
 template <typename T>
@@ -85,10 +96,9 @@ struct PoolAllocator {
   template <typename U>
   explicit PoolAllocator(const PoolAllocator<U>& /*other*/) {}
   T* allocate(size_t n) {
-    if (n == 1 && t_local_state == 1 && t_local.block == sizeof(T) && !t_local.free.empty()) {
-      void* b = t_local.free.back();
-      t_local.free.pop_back();
-      return static_cast<T*>(b);
+    LocalBlocks& l = *local_blocks();
+    if (n == 1 && l.state == 1 && l.block == sizeof(T) && l.count > 0) {
+      return static_cast<T*>(l.free[--l.count]);
     }
     if (n == 1) {
       BlockPool& p = block_pool();
@@ -102,13 +112,14 @@ struct PoolAllocator {
     return static_cast<T*>(::operator new(n * sizeof(T)));
   }
   void deallocate(T* ptr, size_t n) {
-    if (n == 1 && t_local_state == 0) {
-      t_local.block = sizeof(T);  // first use on this thread (its destructor is registered now)
-      t_local_state = 1;
+    LocalBlocks& l = *local_blocks();
+    if (n == 1 && l.state == 0) {
+      (void)&t_flush;  // first use on this thread: registers the flush at thread exit
+      l.block = sizeof(T);
+      l.state = 1;
     }
-    if (n == 1 && t_local_state == 1 && t_local.block == sizeof(T) &&
-        t_local.free.size() < kLocalBlocks) {
-      t_local.free.push_back(ptr);
+    if (n == 1 && l.state == 1 && l.block == sizeof(T) && l.count < kLocalBlocks) {
+      l.free[l.count++] = ptr;
       return;
     }
     if (n == 1) {
@@ -265,11 +276,14 @@ bool HandleState::settle(Status s, std::shared_ptr<Completion> pending,
   status = std::move(s);
   done.store(true, std::memory_order_release);
   *cb = std::move(callback_);
+  // A waiter counts itself under mu before it sleeps and checks `done` under mu: one that is
+  // not counted now sees `done` set and never sleeps.
+  notify_ = waiters > 0;
   return true;
 }
 
 void HandleState::wake(const std::function<void(const Status&)>& cb) {
-  cv.notify_all();
+  if (notify_) cv.notify_all();
   if (cb) cb(status);  // written before done was set; never changes after
 }
 
@@ -319,13 +333,15 @@ Status Handle::wait_status() const {
     core::notify_wait_listeners();
     {
       std::unique_lock<std::mutex> lk(s_->mu);
+      ++s_->waiters;
       s_->cv.wait(lk, [&] { return s_->done.load(); });
+      --s_->waiters;
     }
     core::g_waiting.fetch_sub(1, std::memory_order_relaxed);
   }
   // Device work launched by the background thread: look at it ourselves rather than making
   // that thread wait for the device.
-  core::poll_with_backoff([this] { return s_->device_settled(); });
+  if (!s_->device_settled()) core::poll_with_backoff([this] { return s_->device_settled(); });
   // Written before done / device_done were set (release), read after (acquire).
   return s_->final_status();
 }

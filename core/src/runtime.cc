@@ -150,9 +150,9 @@ Handle Runtime::enqueue_with(const std::string& name, FunctionRef<void(TensorEnt
   }
   // A runtime serves one process set: the name is the key. The slot of a finished collective
   // stays, so the next one with its name reuses its memory (and its negotiation hint).
-  auto it = table_.find(name);
-  if (it != table_.end() && it->second.active) {
-    const bool refused_here = !it->second.request.refused.empty();
+  Slot* found = find_slot(name);
+  if (found && found->active) {
+    const bool refused_here = !found->request.refused.empty();
     lk.unlock();
     const std::string who = "a collective named '" + name + "' ";
     const std::string rank = "rank " + std::to_string(rank_);
@@ -166,16 +166,19 @@ Handle Runtime::enqueue_with(const std::string& name, FunctionRef<void(TensorEnt
                                          "; names must be unique among pending operations (wait "
                                          "for the first one or pick another name)"));
   }
-  if (it == table_.end()) {
+  if (!found) {
     // Idle slots go only once they are at least as many as the active ones (and kMaxTable):
     // a sweep then visits at most twice the slots it frees, O(1) per insertion however many
     // names are in flight. (Sweeping whenever the table held kMaxTable names made every new
     // name scan the table once more than kMaxTable were in flight.)
     const size_t idle = table_.size() - active_;
     if (idle >= std::max(kMaxTable, active_)) drop_idle_slots();
-    it = table_.try_emplace(name).first;
+    auto it = table_.try_emplace(name).first;
+    found = &it->second;
+    found->key = &it->first;
   }
-  Slot& slot = it->second;
+  note_order(found);
+  Slot& slot = *found;
   reset_for_reuse(&slot);
   fill(&slot);
   // Only a timeline reads it (its waits, late ranks): one clock read less per collective.
@@ -274,7 +277,29 @@ void Runtime::retire(TensorEntry* e) {
   slot->allocator = nullptr;
 }
 
+Runtime::Slot* Runtime::find_slot(const std::string& name) {
+  if (order_pos_ < order_.size() && *order_[order_pos_]->key == name) return order_[order_pos_];
+  if (!order_.empty() && *order_.front()->key == name) {  // the sequence starts again
+    order_pos_ = 0;
+    return order_.front();
+  }
+  auto it = table_.find(name);
+  return it == table_.end() ? nullptr : &it->second;
+}
+
+void Runtime::note_order(Slot* slot) {
+  if (order_pos_ < order_.size() && order_[order_pos_] == slot) {
+    ++order_pos_;
+    return;
+  }
+  order_.resize(order_pos_);  // another order from here on: learn it
+  if (order_.size() < kMaxTable) order_.push_back(slot);
+  order_pos_ = order_.size();
+}
+
 void Runtime::drop_idle_slots() {
+  order_.clear();  // it points at slots, some of which go now
+  order_pos_ = 0;
   stats_.slot_sweep_visits += table_.size();
   for (auto it = table_.begin(); it != table_.end();) {
     it = it->second.active ? std::next(it) : table_.erase(it);

@@ -130,6 +130,8 @@ bool Runtime::run_once() {
         finished.add(kv.second.handle, about(kv.second.request, st));
       }
       table_.clear();
+      order_.clear();
+      order_pos_ = 0;
       active_ = 0;
       queue_.clear();
     }

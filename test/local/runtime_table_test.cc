@@ -102,3 +102,24 @@ TEST_CASE("stale cache hints after evictions still find the right entries", "[lo
     sum_batch(c, numbered("h.", 0, 5), 2);  // renegotiated: the shapes changed
   }
 }
+
+TEST_CASE("a steady order of names is followed; new orders and swept slots are not mistaken",
+          "[local]") {
+  // The table predicts each name's slot from the order of the last submissions: every order
+  // change, insertion and sweep must still give each name its own slot and result.
+  Cluster c(2);
+  c.start_all();
+  std::vector<std::string> steady = numbered("s.", 0, 40);
+  for (int step = 0; step < 3; ++step) sum_batch(c, steady, 3);
+  std::vector<std::string> reversed(steady.rbegin(), steady.rend());
+  sum_batch(c, reversed, 3);
+  std::vector<std::string> inserted = steady;
+  inserted.insert(inserted.begin() + 20, "s.new");
+  inserted.erase(inserted.begin() + 5);
+  sum_batch(c, inserted, 4);
+  sum_batch(c, steady, 3);
+  // Past 8,192 idle names the idle slots are erased, those of `steady` among them.
+  for (int from = 0; from < 12000; from += 1500) sum_batch(c, numbered("t.", from, 1500), 2);
+  for (int r = 0; r < c.size(); ++r) REQUIRE(c[r].stats().slot_sweep_visits > 0);
+  for (int step = 0; step < 2; ++step) sum_batch(c, steady, 5);
+}

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -57,13 +56,15 @@ class ResponseCache {
   struct Entry {
     Request params;
     Response response;
-    std::list<uint32_t>::iterator lru_pos;
+    uint64_t last_used = 0;  // clock_ when last put or touched: the lowest goes first
     bool used = false;
   };
+  /// The least recently used entry (a scan: only a full cache evicts, in a full round).
+  uint32_t least_recent() const;
   int64_t capacity_;
   std::vector<Entry> entries_;  // indexed by bit
   std::unordered_map<std::string, uint32_t> by_name_;
-  std::list<uint32_t> lru_;          // front = most recent
+  uint64_t clock_ = 0;               // counts puts and touches (a touch is one store, no list)
   std::vector<uint32_t> free_bits_;  // kept sorted descending; back() is lowest
   size_t grouped_ = 0;               // entries whose params.group is set
 };

@@ -56,6 +56,8 @@ struct HandleState {
   /// (device_settled), never while a callback runs (docs/internals.md, "The lock contract").
   std::mutex mu;
   std::condition_variable cv;
+  /// Threads blocked on `cv` (guarded by mu): completion notifies only when there is one.
+  int waiters = 0;
   std::atomic<bool> done{false};
   /// Set (before completion) when the runtime refused the submission itself: nothing was
   /// queued. A collective that failed later, however quickly, is not "refused".
@@ -119,6 +121,7 @@ struct HandleState {
   const Status& final_status() const { return status.ok() ? device_status : status; }
 
  private:
+  bool notify_ = false;  // settle() found a waiter (mu); read by wake() on the same thread
   std::function<void(const Status&)> callback_;    // guarded by mu; see then()
   std::vector<std::shared_ptr<Completion>> held_;  // guarded by mu; see hold_device()
 };

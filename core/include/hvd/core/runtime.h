@@ -221,11 +221,22 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// A table entry: active from enqueue to completion, then idle until its name comes again.
   struct Slot : TensorEntry {
     bool active = false;
+    const std::string* key = nullptr;  // its name: the table's key (nodes do not move)
   };
   using Table = std::unordered_map<std::string, Slot>;
   std::vector<TensorEntry*> queue_;  // mu_: newly enqueued entries (active slots)
   Table table_;                      // mu_: name -> slot (a slot's entry: see retire())
   size_t active_ = 0;                // mu_: active slots
+  // mu_: the slots in the order they were last submitted, and the position the next
+  // submission is expected at. A training loop submits the same names in the same order every
+  // step: the next name is found by one comparison instead of hashing it (see find_slot()).
+  // Cleared whenever slots are erased.
+  std::vector<Slot*> order_;
+  size_t order_pos_ = 0;
+  /// The slot of `name` (mu_ held): the one order_ predicts when the name matches, else the
+  /// table's (null: none). note_order() records the slot taken.
+  Slot* find_slot(const std::string& name);
+  void note_order(Slot* slot);
   // mu_: device work handed to handles (pruned as it finishes): an abort fails what is left.
   std::vector<std::weak_ptr<Completion>> outstanding_;
   static constexpr size_t kMaxTable = 8192;     // idle slots kept (at least; see drop_idle_slots)
