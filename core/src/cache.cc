@@ -39,6 +39,7 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& r, int64_t hint, uint
 
 std::optional<uint32_t> ResponseCache::put(const Request& params, const Response& response) {
   if (capacity_ == 0) return std::nullopt;
+  ++version_;
   auto it = by_name_.find(params.name);
   if (it != by_name_.end()) {  // re-negotiated with new parameters: replace in place
     grouped_ += static_cast<size_t>(!params.group.empty()) -
@@ -85,6 +86,7 @@ void ResponseCache::touch(uint32_t bit) {
 void ResponseCache::erase(uint32_t bit) {
   Entry& e = entries_.at(bit);
   if (!e.used) return;
+  ++version_;
   if (!e.params.group.empty()) --grouped_;
   by_name_.erase(e.params.name);
   e.used = false;

@@ -177,16 +177,27 @@ void Controller::decode_round(const std::vector<uint64_t>& words, size_t nw,
   }
   if (cache_.grouped() > 0) hold_incomplete_groups(&ready_bits_);
   out->cached.reserve(out->cached.size() + ready_bits_.size());
+  cached_bits_.clear();
   for (uint32_t b : ready_bits_) {
     TensorEntry* e = take_pending(b);
     const OpType op = cache_.at(b).op;
     if (e && (op == OpType::kAllreduce || op == OpType::kBroadcast)) {
       out->cached.push_back(e);  // the response follows from the request alone
+      cached_bits_.push_back(b);
     } else {
       out->responses.push_back(cached_response(cache_, b));
     }
     cache_.touch(b);
   }
+
+  // The same bits as last round, the cache unchanged: the same signature (the runtime then
+  // reuses the last plan of these batches instead of planning them again).
+  if (cached_bits_ != last_cached_bits_ || cache_.version() != signed_cache_version_) {
+    ++cached_signature_;
+    signed_cache_version_ = cache_.version();
+    last_cached_bits_.swap(cached_bits_);
+  }
+  out->cached_signature = out->cached.empty() ? 0 : cached_signature_;
 
   // While some rank has joined, the coordinator decides what is ready (it knows who submitted
   // what); pending cached requests go through it too, and nothing new is cached.

@@ -96,7 +96,8 @@ bool Runtime::run_once() {
   }
   // What throws while executing fails that response here and, through the next round, every
   // rank; the round's other responses still run, so this rank stays in step with its peers.
-  Status ran = guarded("executing cached responses", [&] { execute_cached(round.cached); });
+  Status ran = guarded("executing cached responses",
+                       [&] { execute_cached(round.cached, round.cached_signature); });
   if (!ran.ok()) controller_.fail(ran);
   FusionOptions fo{config_.fusion_threshold, config_.fusion_direct_bytes};
   std::vector<Response> planned;
@@ -167,22 +168,31 @@ std::unique_ptr<TensorEntry> stand_in(const Response& r, size_t i, int rank,
 
 }  // namespace
 
-void Runtime::execute_cached(const std::vector<TensorEntry*>& ready) {
+void Runtime::execute_cached(const std::vector<TensorEntry*>& ready, uint64_t signature) {
   if (ready.empty()) return;
-  ready_requests_.clear();
-  for (TensorEntry* e : ready) ready_requests_.push_back(&e->request);
-  FusionOptions fo{config_.fusion_threshold, config_.fusion_direct_bytes};
+  if (signature == 0 || signature != planned_signature_) {
+    // A new set of cached tensors: plan its batches and write their responses (kept, with
+    // their plan, for the rounds that bring the same set again: a training loop's every step).
+    planned_signature_ = 0;  // until the plan below is complete
+    ready_requests_.clear();
+    for (TensorEntry* e : ready) ready_requests_.push_back(&e->request);
+    FusionOptions fo{config_.fusion_threshold, config_.fusion_direct_bytes};
+    cached_runs_ = plan_fusion_runs(ready_requests_, fo);
+    if (cached_batches_.size() < cached_runs_.size()) cached_batches_.resize(cached_runs_.size());
+    size_t begin = 0;
+    for (size_t k = 0; k < cached_runs_.size(); ++k) {
+      response_for_into(&cached_batches_[k], ready.data() + begin, ready.data() + cached_runs_[k]);
+      begin = cached_runs_[k];
+    }
+    planned_signature_ = signature;
+  }
   size_t begin = 0;
-  size_t k = 0;
-  std::vector<TensorEntry*> batch;
-  for (size_t end : plan_fusion_runs(ready_requests_, fo)) {
+  for (size_t k = 0; k < cached_runs_.size(); ++k) {
     ++stats_.fused_batches;
-    batch.assign(ready.begin() + static_cast<std::ptrdiff_t>(begin),
-                 ready.begin() + static_cast<std::ptrdiff_t>(end));
-    if (cached_batches_.size() <= k) cached_batches_.emplace_back();
-    Response& r = cached_batches_[k++];
-    response_for_into(&r, batch.data(), batch.data() + batch.size());
-    run(r, batch, batch);
+    const size_t end = cached_runs_[k];
+    cached_batch_.assign(ready.begin() + static_cast<std::ptrdiff_t>(begin),
+                         ready.begin() + static_cast<std::ptrdiff_t>(end));
+    run(cached_batches_[k], cached_batch_, cached_batch_);
     begin = end;
   }
 }

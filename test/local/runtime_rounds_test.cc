@@ -112,3 +112,41 @@ TEST_CASE("names each submitted by one rank complete in the round all ranks have
   REQUIRE(e0.out[0] == 3);
   REQUIRE(c.executors[0]->batches() == c.executors[1]->batches());
 }
+
+TEST_CASE("a cached set planned before is planned again once the cache changed under its bits",
+          "[local]") {
+  // The runtime reuses the batches it planned for a set of cached tensors while the rounds
+  // bring the same cache bits. Here a new name takes the bit of an evicted one (a cache of
+  // two) while the bits of the cached set stay the same: "c" (int32) must not run fused
+  // with "b" (float) as the old plan of a and b (both float) would have it.
+  Cluster c(2, with_cache(2));
+  auto step = [&](const std::vector<std::string>& names) {
+    std::vector<Tensor<float>> f;
+    std::vector<Tensor<int32_t>> i;
+    f.reserve(4);
+    i.reserve(2);
+    std::vector<Handle> hs;
+    for (int r = 0; r < 2; ++r) {
+      for (const auto& n : names) {
+        if (n == "c") {
+          i.emplace_back(std::vector<int32_t>{100 + r, 200 + r});
+          hs.push_back(submit(c[r], n, i.back()));
+        } else {
+          f.emplace_back(std::vector<float>{0.5f + r, 1.5f + r});
+          hs.push_back(submit(c[r], n, f.back()));
+        }
+      }
+    }
+    REQUIRE(c.step_all());
+    for (auto& h : hs) REQUIRE(h.wait_status().ok());
+    for (auto& t : f) REQUIRE(t.out == std::vector<float>{2.0f, 4.0f});
+    for (auto& t : i) REQUIRE(t.out == std::vector<int32_t>{201, 401});
+  };
+  step({"a", "b"});       // negotiated, cached
+  step({"a", "b"});       // cached: one batch, planned
+  step({"a", "b", "c"});  // a, b cached and c new in one round: c evicts a, takes its bit
+  step({"c", "b"});       // the same cache bits as the rounds before
+  const Batches want{{"a", "b"}, {"a", "b"}, {"a", "b"}, {"c"}, {"c"}, {"b"}};
+  REQUIRE(c.executors[0]->batches() == want);
+  REQUIRE(c.executors[1]->batches() == want);
+}

@@ -45,6 +45,8 @@ class ResponseCache {
   /// The response cached with the parameters under `bit`.
   const Response& response_at(uint32_t bit) const;
 
+  /// Changes whenever an entry is added, replaced or erased (not when touched).
+  uint64_t version() const { return version_; }
   int64_t capacity() const { return capacity_; }
   size_t size() const { return by_name_.size(); }
   /// Entries of grouped requests (members of a grouped allreduce).
@@ -65,6 +67,7 @@ class ResponseCache {
   std::vector<Entry> entries_;  // indexed by bit
   std::unordered_map<std::string, uint32_t> by_name_;
   uint64_t clock_ = 0;               // counts puts and touches (a touch is one store, no list)
+  uint64_t version_ = 0;             // counts puts and erasures
   std::vector<uint32_t> free_bits_;  // kept sorted descending; back() is lowest
   size_t grouped_ = 0;               // entries whose params.group is set
 };

@@ -68,6 +68,10 @@ struct RoundResult {
   /// Allreduces and broadcasts ready on every rank through the cache: this rank's entries, in
   /// bit order (the same order on every rank). They run first, then `responses`.
   std::vector<TensorEntry*> cached;
+  /// Names `cached` by its cache bits: equal in two rounds exactly when their `cached` lists
+  /// had the same bits in the same order and the cache did not change in between (the same
+  /// parameters, hence the same fusion plan and responses). 0: none.
+  uint64_t cached_signature = 0;
   std::vector<Response> responses;  ///< in execution order, not yet fused
   bool shutdown = false;            ///< some rank asked to shut down: stop after executing
   std::vector<int32_t> shutdown_ranks;
@@ -185,8 +189,12 @@ class Controller {
   std::vector<TensorEntry*> pending_;
   std::vector<uint64_t> pending_words_;
   size_t num_pending_ = 0;
-  std::set<uint32_t> invalid_bits_;                     // cache entries my requests contradict
-  std::vector<uint32_t> ready_bits_;                    // decode_round's, kept for its capacity
+  std::set<uint32_t> invalid_bits_;   // cache entries my requests contradict
+  std::vector<uint32_t> ready_bits_;  // decode_round's, kept for its capacity
+  // The bits of the last round's `cached` list and its signature (see RoundResult).
+  std::vector<uint32_t> cached_bits_, last_cached_bits_;
+  uint64_t cached_signature_ = 0;
+  uint64_t signed_cache_version_ = 0;
   int64_t waiting_ = 0;                                 // sent to rank 0, no response yet
   std::unordered_map<std::string, TensorEntry*> sent_;  // name -> my entry sent to rank 0
   bool joined_ = false;                                 // join() submitted, not yet answered

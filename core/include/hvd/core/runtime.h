@@ -179,8 +179,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// The table entry of an add/remove process-set collective (names numbered per runtime).
   TensorEntry set_op_entry(OpType op, const char* prefix);
   void execute(const Response& r);
-  /// Runs the cached entries of a round in the batches plan_fusion_runs() makes.
-  void execute_cached(const std::vector<TensorEntry*>& ready);
+  /// Runs the cached entries of a round in the batches plan_fusion_runs() makes; `signature`
+  /// (RoundResult::cached_signature) equal to the last planned one: the same batches again.
+  void execute_cached(const std::vector<TensorEntry*>& ready, uint64_t signature);
   /// Runs `r` on `entries` (this rank's part, in name order; stand-ins for joined ranks) and
   /// completes and retires `mine`, the ones from this rank's table.
   void run(const Response& r, const std::vector<TensorEntry*>& entries,
@@ -245,7 +246,10 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   // loop: execute_cached's responses, the k-th batch of a round in the k-th, rewritten each
   // round (the same batches come round after round: their names keep their memory).
   std::vector<Response> cached_batches_;
-  bool shutdown_requested_ = false;  // mu_
+  std::vector<size_t> cached_runs_;         // loop: the batches' ends (plan_fusion_runs)
+  uint64_t planned_signature_ = 0;          // loop: the round signature they were planned for
+  std::vector<TensorEntry*> cached_batch_;  // loop: execute_cached scratch
+  bool shutdown_requested_ = false;         // mu_
   // mu_: the loop is blocked waiting for the first request of a burst (enqueue wakes it).
   bool sleeping_ = false;
   bool pausing_ = false;        // mu_: backing off after fruitless rounds (new work ends it)
