@@ -46,6 +46,7 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
                 static_cast<size_t>(!entries_[it->second].params.group.empty());
     entries_[it->second].params = params;
     entries_[it->second].response = response;
+    entries_[it->second].stamp = version_;
     touch(it->second);
     return std::nullopt;
   }
@@ -61,6 +62,7 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
   e.params = params;
   e.response = response;
   e.used = true;
+  e.stamp = version_;
   e.last_used = ++clock_;
   by_name_[params.name] = bit;
   return evicted;
@@ -90,6 +92,7 @@ void ResponseCache::erase(uint32_t bit) {
   if (!e.params.group.empty()) --grouped_;
   by_name_.erase(e.params.name);
   e.used = false;
+  e.stamp = 0;
   e.params = Request{};
   e.response = Response{};
   // Keep free bits sorted descending so the lowest free bit is reused first on every rank.

@@ -103,7 +103,12 @@ Handle Runtime::enqueue(TensorEntry entry) {
   if (r.process_set != parts_.process_set) {
     auto child = process_set(r.process_set);
     if (!child.ok()) {
-      return refuse([&entry](TensorEntry* e) { *e = std::move(entry); }, child.status());
+      return refuse(
+          [&entry](TensorEntry* e) {
+            *e = std::move(entry);
+            return false;
+          },
+          child.status());
     }
     return child.value()->enqueue(std::move(entry));
   }
@@ -121,9 +126,9 @@ void Runtime::fill_slot(TensorEntry* slot, TensorEntry&& entry) {
   slot->submit_event_device = event_device;
 }
 
-Handle Runtime::refuse(FunctionRef<void(TensorEntry*)> fill, const Status& why) {
+Handle Runtime::refuse(FunctionRef<bool(TensorEntry*)> fill, const Status& why) {
   TensorEntry e;
-  fill(&e);
+  (void)fill(&e);
   if (!e.handle) e.handle = new_handle_state();
   e.handle->refused.store(true, std::memory_order_relaxed);
   e.handle->complete(about(e.request, why));
@@ -131,6 +136,21 @@ Handle Runtime::refuse(FunctionRef<void(TensorEntry*)> fill, const Status& why) 
 }
 
 Handle Runtime::enqueue_with(const std::string& name, FunctionRef<void(TensorEntry*)> fill) {
+  return enqueue_slot(
+      name,
+      [&fill](TensorEntry* e) {
+        fill(e);
+        return false;
+      },
+      true);
+}
+
+Handle Runtime::enqueue_refill(const std::string& name, FunctionRef<bool(TensorEntry*)> refill) {
+  return enqueue_slot(name, refill, false);
+}
+
+Handle Runtime::enqueue_slot(const std::string& name, FunctionRef<bool(TensorEntry*)> fill,
+                             bool reset) {
   std::unique_lock<std::mutex> lk(mu_);
   if (stopped_) {
     Status st = stop_status_;
@@ -179,8 +199,13 @@ Handle Runtime::enqueue_with(const std::string& name, FunctionRef<void(TensorEnt
   }
   note_order(found);
   Slot& slot = *found;
-  reset_for_reuse(&slot);
-  fill(&slot);
+  if (reset) {
+    reset_for_reuse(&slot);
+  } else {  // what retire() left: the rest is the refill's
+    slot.handle.reset();
+    slot.allocator = nullptr;
+  }
+  slot.request_unchanged = fill(&slot);
   // Only a timeline reads it (its waits, late ranks): one clock read less per collective.
   const bool stamp = timeline_slot_->armed.load(std::memory_order_relaxed) ||
                      ages_flagged_.load(std::memory_order_relaxed);
@@ -224,6 +249,7 @@ Handle Runtime::enqueue_with(const std::string& name, FunctionRef<void(TensorEnt
     // once all have submitted (nothing runs: the response is an error).
     refused_handle = std::move(slot.handle);
     slot.handle = new_handle_state();
+    slot.request_unchanged = false;
     r.refused = bad.message();
     // Nothing else of it is compared; what made it invalid (an enum out of range) must not
     // make the request list unreadable on the wire.

@@ -398,6 +398,27 @@ void fill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const TensorV
   e->output = out;
 }
 
+bool refill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const TensorView& in,
+                      const TensorView& out, const std::string& name, ReduceOp op, double pre,
+                      double post) {
+  static_assert(core::request_field_count() == 15,
+                "Request has a new field: compare it here (and set it in fill_allreduce)");
+  const core::Request& q = e->request;
+  const bool same = q.op == OpType::kAllreduce && q.name == name && q.dtype == in.dtype &&
+                    q.shape == in.shape && q.reduce_op == op && q.root == 0 && q.prescale == pre &&
+                    q.postscale == post && q.device == in.device &&
+                    q.process_set == rt.process_set_id() && q.rank == rt.rank() &&
+                    q.group.empty() && q.group_size == 0 && q.splits.empty() && q.refused.empty();
+  if (!same) {
+    core::reset_for_reuse(e);
+    fill_allreduce(e, rt, in, out, name, op, pre, post);
+    return false;
+  }
+  core::assign_view(&e->input, in);
+  core::assign_view(&e->output, out);
+  return true;
+}
+
 core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
                                   const TensorView& out, const std::string& name, ReduceOp op,
                                   double pre, double post) {
@@ -494,9 +515,15 @@ Handle allreduce_async(const TensorView& input, const TensorView& output, const 
   if (bad.ok()) bad = detail::check_view(OpType::kAllreduce, n, output, "output");
   // In place in the table slot of `n` (no entry to move); validated once, by the runtime.
   core::Runtime& r = *rt;
-  return detail::throw_if_refused(r.enqueue_with(n, [&](core::TensorEntry* e) {
+  return detail::throw_if_refused(r.enqueue_refill(n, [&](core::TensorEntry* e) {
+    if (bad.ok()) {
+      return detail::refill_allreduce(e, r, input, output, n, op, prescale_factor,
+                                      postscale_factor);
+    }
+    core::reset_for_reuse(e);
     detail::fill_allreduce(e, r, input, output, n, op, prescale_factor, postscale_factor);
-    if (!bad.ok()) e->request.refused = bad.message();
+    e->request.refused = bad.message();
+    return false;
   }));
 }
 

@@ -59,6 +59,12 @@ std::vector<Handle> submit_group(core::Runtime& rt, size_t n, const std::string&
 void fill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const TensorView& in,
                     const TensorView& out, const std::string& name, ReduceOp op, double pre,
                     double post);
+/// fill_allreduce() for an entry as the last collective of its name left it
+/// (Runtime::enqueue_refill): rewrites only the buffers when the request would be the same
+/// (returns true), else resets and fills it (returns false).
+bool refill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const TensorView& in,
+                      const TensorView& out, const std::string& name, ReduceOp op, double pre,
+                      double post);
 core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
                                   const TensorView& out, const std::string& name, ReduceOp op,
                                   double pre, double post);

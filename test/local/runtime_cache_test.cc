@@ -121,3 +121,21 @@ TEST_CASE("a cached name submitted by one rank waits for the others", "[local]")
   REQUIRE(a.out == std::vector<int32_t>{12, 14});
   REQUIRE(b.out == a.out);
 }
+
+TEST_CASE("an unchanged request whose cache entry went meanwhile is negotiated again", "[local]") {
+  // Rank 0 submits "w" as before, rank 1 with a new shape: the entry is evicted everywhere
+  // and the round fails. Rank 0's next "w" is unchanged from its last request, whose cache
+  // entry is gone: it must go to the coordinator again, not wait on the entry's old bit.
+  Cluster c(2);
+  c.start_all();
+  allreduce_round(c, "w", 4, 1);
+  allreduce_round(c, "w", 4, 2);  // served from the cache
+  Tensor<int32_t> a(std::vector<int32_t>(4, 1)), b(std::vector<int32_t>(5, 1));
+  auto h0 = submit(c[0], "w", a);
+  auto h1 = submit(c[1], "w", b);
+  for (const auto& h : {h0, h1}) REQUIRE(await(h, "w").code() == StatusCode::kMismatch);
+  for (int i = 0; i < 3; ++i) allreduce_round(c, "w", 4, 3 + i);
+  // Another name takes the freed bit; "w" still finds its own entry.
+  allreduce_round(c, "v", 2, 7);
+  for (int i = 0; i < 2; ++i) allreduce_round(c, "w", 4, 9 + i);
+}

@@ -47,6 +47,11 @@ class ResponseCache {
 
   /// Changes whenever an entry is added, replaced or erased (not when touched).
   uint64_t version() const { return version_; }
+  /// Names what `bit` holds now: a value no other put() gave, 0 when the bit is free. Equal
+  /// stamps at two moments: the same entry, unchanged in between.
+  uint64_t stamp(int64_t bit) const {
+    return bit >= 0 && bit < capacity_ ? entries_[static_cast<size_t>(bit)].stamp : 0;
+  }
   int64_t capacity() const { return capacity_; }
   size_t size() const { return by_name_.size(); }
   /// Entries of grouped requests (members of a grouped allreduce).
@@ -59,6 +64,7 @@ class ResponseCache {
     Request params;
     Response response;
     uint64_t last_used = 0;  // clock_ when last put or touched: the lowest goes first
+    uint64_t stamp = 0;      // version_ of its put (0: unused)
     bool used = false;
   };
   /// The least recently used entry (a scan: only a full cache evicts, in a full round).

@@ -28,6 +28,12 @@ struct TensorEntry {
   /// Negotiation's hint: the response-cache bit this tensor's name had last time (-1: none).
   /// Kept across collectives of the same name, so a cached name is found without hashing.
   int64_t cache_hint = -1;
+  /// The response-cache entry (its stamp, ResponseCache::stamp) that this slot's request last
+  /// hit, and whether the request now is the one that hit it (set at every submission: a
+  /// refill that changed nothing, Runtime::enqueue_refill). Both true: negotiation counts it a
+  /// hit without comparing the parameters again.
+  uint64_t cache_stamp = 0;
+  bool request_unchanged = false;
   /// The device executor's per-name event (a cudaEvent_t with its deleter), recorded on the
   /// producer's stream at submission (Executor::prepare_input), and its device. Kept across
   /// collectives of the same name: one event per name, re-recorded each time.
@@ -40,6 +46,9 @@ struct TensorEntry {
 /// Resets every field of `e` to its default but keeps the capacity of its strings and vectors
 /// (and its pool and cache hint), so filling it again allocates nothing.
 void reset_for_reuse(TensorEntry* e);
+/// `*dst = src`, without rewriting what is equal already (a shape the same as last time):
+/// a refill of a table slot (Runtime::enqueue_refill) writes only the buffers' addresses.
+void assign_view(TensorView* dst, const TensorView& src);
 
 /// Gives `e` an output of `shape` (allgather, alltoall, reducescatter: sizes negotiation
 /// decided): through `e->allocator` when set, else in `e->handle->owned_output` (from

@@ -88,6 +88,12 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// steady stream of collectives allocates nothing but its handles. `fill` runs under the
   /// table's lock (it must only copy) and must set the request's name to `name`.
   Handle enqueue_with(const std::string& name, FunctionRef<void(TensorEntry*)> fill);
+  /// enqueue_with() for a fill that updates the slot in place: `refill` gets the entry as the
+  /// last collective of `name` left it (not reset: only its handle and allocator are gone) and
+  /// must leave it exactly as a fill of a reset entry would. It returns true when it changed no
+  /// request field (the parameters of that last collective): negotiation then takes the cache
+  /// entry that request hit without comparing them again (TensorEntry::request_unchanged).
+  Handle enqueue_refill(const std::string& name, FunctionRef<bool(TensorEntry*)> refill);
   /// Moves `entry` into a table slot for enqueue_with(), keeping what the slot keeps across
   /// collectives of its name (negotiation hint, device event).
   static void fill_slot(TensorEntry* slot, TensorEntry&& entry);
@@ -170,7 +176,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// within the set, or says that the root is not a member (no change on the global set).
   Status global_root_to_set_rank(Request* r) const;
   /// A handle failed at once with `why`, naming the op and tensor `fill` describes.
-  static Handle refuse(FunctionRef<void(TensorEntry*)> fill, const Status& why);
+  static Handle refuse(FunctionRef<bool(TensorEntry*)> fill, const Status& why);
+  /// enqueue_with (`reset`: the slot is reset before `fill`) and enqueue_refill.
+  Handle enqueue_slot(const std::string& name, FunctionRef<bool(TensorEntry*)> fill, bool reset);
   /// How long an idle loop sleeps before taking part in a round anyway (zero: until work
   /// comes). Collective rounds need every rank, so without these heartbeats one rank that
   /// never submits would leave the others blocked in a round and rank 0 unable to see (and
