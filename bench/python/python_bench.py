@@ -4,6 +4,7 @@
     mpirun -np 2 --bind-to none /usr/bin/python3 bench/python/python_bench.py \
         [--cpp hvd_bench.txt] [--steps 30] [--iters 30] [--only train|allreduce]
         [--case 64x16Ki] [--repeat N] [--models cnn,mlp,resnet18] [--rounds N]
+        [--compression none|fp16]
 
 1. Training: samples/s of hvd.torch.DistributedOptimizer against DistributedDataParallel
    (gloo) and against no-comm (every rank trains the same model with the plain optimizer at
@@ -15,7 +16,8 @@
    and alternating rounds (hvd, DDP, no-comm, hvd, DDP, no-comm; --rounds N of them, default 2:
    above 2 also the median, min and max of each round's ratios), and the CPU time per step of a
    rank's process (all threads), which moves far less with the machine's load than the step
-   time. --models picks some.
+   time. --models picks some; --compression fp16 sends gradients as float16 (hvd's
+   Compression.fp16, DDP's fp16_compress_hook).
 2. Allreduce (Sum, float32) of K tensors of S floats: hvd.torch's allreduce_async_ per tensor +
    synchronize, grouped_allreduce_, and gloo's K all_reduce(async_op=True) + wait; medians of
    the slowest rank, compared with the C++ API's figures from hvd_bench (--cpp: its output).
@@ -81,7 +83,10 @@ def slowest(ms):
     return hvd.allreduce(t, op=hvd.Max, name="bench.slowest").item()
 
 
-def train_steps(kind, impl, steps):
+COMPRESSION = {"none": None, "fp16": None}  # filled in main(): hvd's compression per name
+
+
+def train_steps(kind, impl, steps, compression="none"):
     make, shape, batch = MODELS[kind]
     torch.manual_seed(0)
     model = make()
@@ -93,11 +98,15 @@ def train_steps(kind, impl, steps):
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     elif impl == "hvd":
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-                                       named_parameters=model.named_parameters())
+                                       named_parameters=model.named_parameters(),
+                                       compression=COMPRESSION[compression])
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         net = model
     else:
         net = nn.parallel.DistributedDataParallel(model)
+        if compression == "fp16":  # DDP's counterpart: gradients travel as float16
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            net.register_comm_hook(None, default_hooks.fp16_compress_hook)
         opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     times, cpu = [], 0.0
     for i in range(steps + 5):
@@ -117,7 +126,7 @@ def train_steps(kind, impl, steps):
     return times, cpu_ms
 
 
-def bench_train(steps, models, rounds):
+def bench_train(steps, models, rounds, compression="none"):
     rows = []
     for kind in models:
         res = {impl: [] for impl in IMPLS}
@@ -126,7 +135,7 @@ def bench_train(steps, models, rounds):
         per_round = {"ddp": [], "none": []}
         cpu = {impl: [] for impl in IMPLS}
         for _ in range(rounds):
-            got = {impl: train_steps(kind, impl, steps) for impl in IMPLS}
+            got = {impl: train_steps(kind, impl, steps, compression) for impl in IMPLS}
             for impl in IMPLS:
                 res[impl] += got[impl][0]
                 cpu[impl].append(got[impl][1])
@@ -284,6 +293,9 @@ def main():
     ap.add_argument("--only", choices=["train", "allreduce"], default=None)
     ap.add_argument("--case", choices=[c[2] for c in CASES], default=None)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--compression", choices=sorted(COMPRESSION), default="none",
+                    help="training: gradients sent as they are or as float16 (hvd's "
+                    "Compression.fp16, DDP's fp16_compress_hook)")
     ap.add_argument("--models", default=",".join(MODELS),
                     help="comma-separated training models: " + ", ".join(MODELS))
     a = ap.parse_args()
@@ -304,7 +316,8 @@ def main():
         bench_case(a.case, a.iters, a.repeat)
     else:
         if a.only in (None, "train"):
-            bench_train(a.steps, models, a.rounds)
+            COMPRESSION.update(none=hvd.Compression.none, fp16=hvd.Compression.fp16)
+            bench_train(a.steps, models, a.rounds, a.compression)
         if a.only in (None, "allreduce"):
             bench_allreduce(a.iters, read_cpp(a.cpp))
     dist.destroy_process_group()
