@@ -9,6 +9,7 @@ namespace hvd::core {
 
 ResponseCache::ResponseCache(int64_t capacity) : capacity_(capacity < 0 ? 0 : capacity) {
   entries_.resize(static_cast<size_t>(capacity_));
+  hot_.resize(static_cast<size_t>(capacity_));
   free_bits_.reserve(static_cast<size_t>(capacity_));
   for (int64_t b = capacity_ - 1; b >= 0; --b) free_bits_.push_back(static_cast<uint32_t>(b));
 }
@@ -24,12 +25,13 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& r, uint32_t* bit) con
 ResponseCache::Lookup ResponseCache::lookup(const Request& r, int64_t hint, uint32_t* bit) const {
   if (hint >= 0 && hint < capacity_) {
     const Entry& e = entries_[static_cast<size_t>(hint)];
+    const bool used = hot_[static_cast<size_t>(hint)].used;
     // same_params compares the names too: a hit costs one comparison of them, not two.
-    if (e.used && e.params.same_params(r)) {
+    if (used && e.params.same_params(r)) {
       *bit = static_cast<uint32_t>(hint);
       return Lookup::kHit;
     }
-    if (e.used && e.params.name == r.name) {
+    if (used && e.params.name == r.name) {
       *bit = static_cast<uint32_t>(hint);
       return Lookup::kMismatch;
     }
@@ -46,7 +48,8 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
                 static_cast<size_t>(!entries_[it->second].params.group.empty());
     entries_[it->second].params = params;
     entries_[it->second].response = response;
-    entries_[it->second].stamp = version_;
+    hot_[it->second].stamp = version_;
+    hot_[it->second].op = params.op;
     touch(it->second);
     return std::nullopt;
   }
@@ -61,9 +64,7 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
   if (!params.group.empty()) ++grouped_;
   e.params = params;
   e.response = response;
-  e.used = true;
-  e.stamp = version_;
-  e.last_used = ++clock_;
+  hot_[bit] = Hot{++clock_, version_, params.op, true};
   by_name_[params.name] = bit;
   return evicted;
 }
@@ -71,9 +72,9 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
 uint32_t ResponseCache::least_recent() const {
   uint32_t best = 0;
   uint64_t oldest = UINT64_MAX;
-  for (size_t b = 0; b < entries_.size(); ++b) {
-    if (entries_[b].used && entries_[b].last_used < oldest) {
-      oldest = entries_[b].last_used;
+  for (size_t b = 0; b < hot_.size(); ++b) {
+    if (hot_[b].used && hot_[b].last_used < oldest) {
+      oldest = hot_[b].last_used;
       best = static_cast<uint32_t>(b);
     }
   }
@@ -81,18 +82,17 @@ uint32_t ResponseCache::least_recent() const {
 }
 
 void ResponseCache::touch(uint32_t bit) {
-  Entry& e = entries_.at(bit);
-  if (e.used) e.last_used = ++clock_;
+  Hot& h = hot_.at(bit);
+  if (h.used) h.last_used = ++clock_;
 }
 
 void ResponseCache::erase(uint32_t bit) {
   Entry& e = entries_.at(bit);
-  if (!e.used) return;
+  if (!hot_[bit].used) return;
   ++version_;
   if (!e.params.group.empty()) --grouped_;
   by_name_.erase(e.params.name);
-  e.used = false;
-  e.stamp = 0;
+  hot_[bit] = Hot{};
   e.params = Request{};
   e.response = Response{};
   // Keep free bits sorted descending so the lowest free bit is reused first on every rank.
@@ -100,9 +100,7 @@ void ResponseCache::erase(uint32_t bit) {
   free_bits_.insert(pos, bit);
 }
 
-bool ResponseCache::contains(uint32_t bit) const {
-  return bit < entries_.size() && entries_[bit].used;
-}
+bool ResponseCache::contains(uint32_t bit) const { return bit < hot_.size() && hot_[bit].used; }
 
 const Request& ResponseCache::at(uint32_t bit) const {
   if (!contains(bit)) throw std::out_of_range("hvd: response cache bit not in use");

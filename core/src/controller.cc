@@ -187,7 +187,7 @@ void Controller::decode_round(const std::vector<uint64_t>& words, size_t nw,
   cached_bits_.clear();
   for (uint32_t b : ready_bits_) {
     TensorEntry* e = take_pending(b);
-    const OpType op = cache_.at(b).op;
+    const OpType op = cache_.op_at(b);
     if (e && (op == OpType::kAllreduce || op == OpType::kBroadcast)) {
       out->cached.push_back(e);  // the response follows from the request alone
       cached_bits_.push_back(b);
