@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Instructions and cache misses per collective on hvd's hot path, under valgrind (callgrind):
-# repeatable to about 1% on a quiet machine, where this VM's wall and CPU times drift by more
-# than most changes (under load the threads interleave differently: more waits and polls).
+# repeatable to a few percent on a quiet machine (timed waits poll a varying number of times
+# under valgrind, and more under load: compare interleaved runs of both builds), where this
+# VM's wall and CPU times drift by more than most changes.
 # Runs `hvd_bench --case CASE --hvd-only` at np 1 twice (20 and 120 iterations, so start-up
 # cancels out) and prints (counts of the long run - of the short run) / (100 x tensors per
 # iteration): Ir = instructions of both threads (caller and background thread), D1mr/D1mw =
