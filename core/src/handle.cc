@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "hvd/core/function_ref.h"
+
 namespace hvd {
 namespace core {
 namespace {
@@ -145,7 +147,7 @@ struct PoolAllocator {
 
 // Calls `done` until it says yes: yielding for 50 us (device work often finishes that fast),
 // then sleeping with backoff from 5 to 500 us.
-void poll_with_backoff(const std::function<bool()>& done) {
+void poll_with_backoff(FunctionRef<bool()> done) {
   if (done()) return;  // the common case (host work, or device work already finished): no clock
   const auto start = std::chrono::steady_clock::now();
   auto sleep = std::chrono::microseconds(5);
@@ -341,7 +343,7 @@ Status Handle::wait_status() const {
   }
   // Device work launched by the background thread: look at it ourselves rather than making
   // that thread wait for the device.
-  if (!s_->device_settled()) core::poll_with_backoff([this] { return s_->device_settled(); });
+  core::poll_with_backoff([this] { return s_->device_settled(); });
   // Written before done / device_done were set (release), read after (acquire).
   return s_->final_status();
 }
