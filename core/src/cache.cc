@@ -25,7 +25,7 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& r, uint32_t* bit) con
 ResponseCache::Lookup ResponseCache::lookup(const Request& r, int64_t hint, uint32_t* bit) const {
   if (hint >= 0 && hint < capacity_) {
     const Entry& e = entries_[static_cast<size_t>(hint)];
-    const bool used = hot_[static_cast<size_t>(hint)].used;
+    const bool used = hot_[static_cast<size_t>(hint)].used();
     // same_params compares the names too: a hit costs one comparison of them, not two.
     if (used && e.params.same_params(r)) {
       *bit = static_cast<uint32_t>(hint);
@@ -64,7 +64,7 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
   if (!params.group.empty()) ++grouped_;
   e.params = params;
   e.response = response;
-  hot_[bit] = Hot{++clock_, version_, params.op, true};
+  hot_[bit] = Hot{++clock_, version_, params.op};
   by_name_[params.name] = bit;
   return evicted;
 }
@@ -73,7 +73,7 @@ uint32_t ResponseCache::least_recent() const {
   uint32_t best = 0;
   uint64_t oldest = UINT64_MAX;
   for (size_t b = 0; b < hot_.size(); ++b) {
-    if (hot_[b].used && hot_[b].last_used < oldest) {
+    if (hot_[b].used() && hot_[b].last_used < oldest) {
       oldest = hot_[b].last_used;
       best = static_cast<uint32_t>(b);
     }
@@ -83,12 +83,12 @@ uint32_t ResponseCache::least_recent() const {
 
 void ResponseCache::touch(uint32_t bit) {
   Hot& h = hot_.at(bit);
-  if (h.used) h.last_used = ++clock_;
+  if (h.used()) h.last_used = ++clock_;
 }
 
 void ResponseCache::erase(uint32_t bit) {
   Entry& e = entries_.at(bit);
-  if (!hot_[bit].used) return;
+  if (!hot_[bit].used()) return;
   ++version_;
   if (!e.params.group.empty()) --grouped_;
   by_name_.erase(e.params.name);
@@ -100,7 +100,7 @@ void ResponseCache::erase(uint32_t bit) {
   free_bits_.insert(pos, bit);
 }
 
-bool ResponseCache::contains(uint32_t bit) const { return bit < hot_.size() && hot_[bit].used; }
+bool ResponseCache::contains(uint32_t bit) const { return bit < hot_.size() && hot_[bit].used(); }
 
 const Request& ResponseCache::at(uint32_t bit) const {
   if (!contains(bit)) throw std::out_of_range("hvd: response cache bit not in use");

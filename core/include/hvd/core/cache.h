@@ -70,9 +70,9 @@ class ResponseCache {
   /// 400 bytes each): the rounds of a burst touch 24 contiguous bytes per entry.
   struct Hot {
     uint64_t last_used = 0;  // clock_ when last put or touched: the lowest goes first
-    uint64_t stamp = 0;      // version_ of its put (0: unused)
+    uint64_t stamp = 0;      // version_ of its put; 0: the bit is free
     OpType op = OpType::kAllreduce;
-    bool used = false;
+    bool used() const { return stamp != 0; }
   };
   /// The least recently used entry (a scan: only a full cache evicts, in a full round).
   uint32_t least_recent() const;
