@@ -516,13 +516,10 @@ Handle allreduce_async(const TensorView& input, const TensorView& output, const 
   // In place in the table slot of `n` (no entry to move); validated once, by the runtime.
   core::Runtime& r = *rt;
   return detail::throw_if_refused(r.enqueue_refill(n, [&](core::TensorEntry* e) {
-    if (bad.ok()) {
-      return detail::refill_allreduce(e, r, input, output, n, op, prescale_factor,
-                                      postscale_factor);
-    }
-    core::reset_for_reuse(e);
-    detail::fill_allreduce(e, r, input, output, n, op, prescale_factor, postscale_factor);
-    e->request.refused = bad.message();
+    const bool same =
+        detail::refill_allreduce(e, r, input, output, n, op, prescale_factor, postscale_factor);
+    if (bad.ok()) return same;
+    e->request.refused = bad.message();  // a changed request: negotiated as a refusal
     return false;
   }));
 }
