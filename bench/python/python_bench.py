@@ -83,9 +83,6 @@ def slowest(ms):
     return hvd.allreduce(t, op=hvd.Max, name="bench.slowest").item()
 
 
-COMPRESSION = {"none": None, "fp16": None}  # filled in main(): hvd's compression per name
-
-
 def train_steps(kind, impl, steps, compression="none"):
     make, shape, batch = MODELS[kind]
     torch.manual_seed(0)
@@ -99,7 +96,7 @@ def train_steps(kind, impl, steps, compression="none"):
     elif impl == "hvd":
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                        named_parameters=model.named_parameters(),
-                                       compression=COMPRESSION[compression])
+                                       compression=getattr(hvd.Compression, compression))
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         net = model
     else:
@@ -293,7 +290,7 @@ def main():
     ap.add_argument("--only", choices=["train", "allreduce"], default=None)
     ap.add_argument("--case", choices=[c[2] for c in CASES], default=None)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--compression", choices=sorted(COMPRESSION), default="none",
+    ap.add_argument("--compression", choices=["none", "fp16"], default="none",
                     help="training: gradients sent as they are or as float16 (hvd's "
                     "Compression.fp16, DDP's fp16_compress_hook)")
     ap.add_argument("--models", default=",".join(MODELS),
@@ -316,7 +313,6 @@ def main():
         bench_case(a.case, a.iters, a.repeat)
     else:
         if a.only in (None, "train"):
-            COMPRESSION.update(none=hvd.Compression.none, fp16=hvd.Compression.fp16)
             bench_train(a.steps, models, a.rounds, a.compression)
         if a.only in (None, "allreduce"):
             bench_allreduce(a.iters, read_cpp(a.cpp))
