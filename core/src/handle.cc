@@ -269,18 +269,30 @@ void HandleState::complete_after(Status s, std::shared_ptr<Completion> pending) 
 
 bool HandleState::settle(Status s, std::shared_ptr<Completion> pending,
                          std::function<void(const Status&)>* cb) {
+  // The common case: OK, nothing left on a device, no watcher: `status` (OK since
+  // construction) and `device` stay as they are, so only the state changes. A watcher counts
+  // itself before it checks kDone, so that it either made this fail or sees kDone.
+  uint32_t idle = 0;
+  if (s.ok() && !pending &&
+      state.compare_exchange_strong(idle, kDone | kClaimed, std::memory_order_release,
+                                    std::memory_order_relaxed)) {
+    return true;
+  }
   std::lock_guard<std::mutex> lk(mu);
-  if (done.load()) return false;
+  // Under mu, kClaimed is seen only together with kDone (both are set under mu here, or at
+  // once above): claimed = completed before.
+  const uint32_t before = state.fetch_or(kClaimed, std::memory_order_relaxed);
+  if (before & kClaimed) return false;
   if (pending) {
     device.push_back(std::move(pending));
     device_done.store(false, std::memory_order_relaxed);
   }
   status = std::move(s);
-  done.store(true, std::memory_order_release);
   *cb = std::move(callback_);
-  // A waiter counts itself under mu before it sleeps and checks `done` under mu: one that is
-  // not counted now sees `done` set and never sleeps.
-  notify_ = waiters > 0;
+  // Watchers count themselves under mu: one that is not counted now sees kDone and never
+  // sleeps.
+  notify_ = before >= kWatcher;
+  state.fetch_or(kDone, std::memory_order_release);
   return true;
 }
 
@@ -306,7 +318,9 @@ void HandleState::complete(Status s) { complete_after(std::move(s), nullptr); }
 
 void HandleState::then(std::function<void(const Status&)> cb) {
   std::unique_lock<std::mutex> lk(mu);
-  if (!done.load()) {
+  // A callback is a watcher for good (completion must take mu to hand it out).
+  const uint32_t before = state.fetch_add(kWatcher, std::memory_order_acquire);
+  if (!(before & kDone)) {
     if (!callback_) {
       callback_ = std::move(cb);
     } else {  // a second callback runs after the first (a handle in two join_handles())
@@ -317,6 +331,7 @@ void HandleState::then(std::function<void(const Status&)> cb) {
     }
     return;
   }
+  state.fetch_sub(kWatcher, std::memory_order_relaxed);
   lk.unlock();
   cb(status);  // written before done was set; never changes after
 }
@@ -325,19 +340,19 @@ void HandleState::then(std::function<void(const Status&)> cb) {
 
 bool Handle::poll() const {
   if (!s_) throw Error(precondition("poll() on an empty hvd::Handle"));
-  return s_->done.load(std::memory_order_acquire) && s_->device_settled();
+  return s_->done() && s_->device_settled();
 }
 
 Status Handle::wait_status() const {
   if (!s_) return precondition("wait() on an empty hvd::Handle");
-  if (!s_->done.load(std::memory_order_acquire)) {
+  if (!s_->done()) {
     core::g_waiting.fetch_add(1, std::memory_order_relaxed);
     core::notify_wait_listeners();
     {
       std::unique_lock<std::mutex> lk(s_->mu);
-      ++s_->waiters;
-      s_->cv.wait(lk, [&] { return s_->done.load(); });
-      --s_->waiters;
+      s_->state.fetch_add(core::HandleState::kWatcher, std::memory_order_relaxed);
+      s_->cv.wait(lk, [&] { return s_->done(); });
+      s_->state.fetch_sub(core::HandleState::kWatcher, std::memory_order_relaxed);
     }
     core::g_waiting.fetch_sub(1, std::memory_order_relaxed);
   }

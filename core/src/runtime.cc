@@ -216,7 +216,9 @@ Handle Runtime::enqueue_slot(const std::string& name, FunctionRef<bool(TensorEnt
   Request& r = slot.request;
   Status bad;
   bool negotiate_refusal = size_ > 1;  // the other ranks' calls fail with it (see Request)
-  if (r.name != name || r.process_set != parts_.process_set) {
+  if (slot.request_unchanged && slot.accepted) {
+    // The very request accepted below last time (the refill compared every field): valid.
+  } else if (r.name != name || r.process_set != parts_.process_set) {
     bad = internal_error("submitted to the wrong table (name '" + name + "', process set " +
                          std::to_string(parts_.process_set) + ")");
     negotiate_refusal = false;
@@ -226,6 +228,7 @@ Handle Runtime::enqueue_slot(const std::string& name, FunctionRef<bool(TensorEnt
     bad = global_root_to_set_rank(&r);
     if (bad.ok()) bad = validate_local(r, size_);
   }
+  slot.accepted = bad.ok();
   if (bad.ok() && slot.input.device.kind == DeviceKind::kCuda) {
     if (!parts_.device_executor) {
       bad = invalid_argument(describe(r.op, r.name) + ": tensor is on " + slot.input.device.str() +

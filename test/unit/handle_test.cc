@@ -22,7 +22,7 @@ TEST_CASE("a batch's handles are all settled before the first is woken", "[unit]
   for (int i = 0; i < 3; ++i) hs.push_back(new_handle_state());
   std::vector<bool> seen_done;
   hs[0]->then([&](const Status&) {
-    for (auto& h : hs) seen_done.push_back(h->done.load());
+    for (auto& h : hs) seen_done.push_back(h->done());
   });
   hs[1]->complete(Status::OK());  // completed earlier: the batch leaves it as it is
   detail::Finished batch;

@@ -58,7 +58,13 @@ struct HandleState {
   /// Guards the fields below that are not atomic; may be held while taking Completion::mu_
   /// (device_settled), never while a callback runs (docs/internals.md, "The lock contract").
   std::mutex mu;
-  std::atomic<bool> done{false};
+  /// kDone: completed (`status` and the device work are written before, read after: acquire).
+  /// kClaimed: a completion is under way (set with or before kDone). Above them (kWatcher
+  /// each, changed under mu), the threads blocked on `cv` and the callbacks set with then():
+  /// while there are none, an OK completion sets kDone | kClaimed without taking mu.
+  std::atomic<uint32_t> state{0};
+  static constexpr uint32_t kDone = 1, kClaimed = 2, kWatcher = 4;
+  bool done() const { return (state.load(std::memory_order_acquire) & kDone) != 0; }
   /// Set (before completion) when the runtime refused the submission itself: nothing was
   /// queued. A collective that failed later, however quickly, is not "refused".
   std::atomic<bool> refused{false};
@@ -67,12 +73,10 @@ struct HandleState {
   /// released()). Never set on a refused submission.
   std::atomic<bool> in_use{false};
   std::atomic<bool> device_done{true};  ///< see `device`
-  /// Threads blocked on `cv` (guarded by mu): completion notifies only when there is one.
-  int waiters = 0;
   Status status;
 
  private:
-  bool notify_ = false;  // settle() found a waiter (mu); read by wake() on the same thread
+  bool notify_ = false;  // settle() found a watcher (mu); read by wake() on the same thread
   std::function<void(const Status&)> callback_;  // guarded by mu; see then()
 
  public:

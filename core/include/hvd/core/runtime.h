@@ -231,6 +231,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   struct Slot : TensorEntry {
     bool active = false;
     const std::string* key = nullptr;  // its name: the table's key (nodes do not move)
+    // Its request passed enqueue_slot's checks last time: unchanged (request_unchanged), it
+    // is not checked again.
+    bool accepted = false;
   };
   using Table = std::unordered_map<std::string, Slot>;
   std::vector<TensorEntry*> queue_;  // mu_: newly enqueued entries (active slots)
