@@ -18,30 +18,54 @@ class Finished {
  public:
   Finished() = default;
   explicit Finished(size_t expected) { items_.reserve(expected); }
+  /// `h` completes with `s` (and `pending`, device work still running). A batch's handles
+  /// share one outcome: an item is a handle and the outcome's index.
   void add(std::shared_ptr<HandleState> h, Status s,
            std::shared_ptr<Completion> pending = nullptr) {
-    items_.push_back({std::move(h), std::move(s), std::move(pending), nullptr, false});
+    if (outcomes_.empty() || !outcomes_.back().same(s, pending)) {
+      outcomes_.push_back({std::move(s), std::move(pending)});
+    }
+    items_.push_back({std::move(h), outcomes_.size() - 1});
   }
   // Every handle is settled before the first is woken (HandleState::settle).
   void complete() {
-    for (auto& i : items_) {
-      i.settled = i.handle->settle(std::move(i.status), std::move(i.pending), &i.callback);
+    for (size_t k = 0; k < items_.size(); ++k) {
+      Item& i = items_[k];
+      const Outcome& o = outcomes_[i.outcome];
+      std::function<void(const Status&)> cb;
+      if (!i.handle->settle(o.status, o.pending, &cb)) {
+        i.handle.reset();  // completed before: nothing to wake
+      } else if (cb) {
+        callbacks_.emplace_back(k, std::move(cb));
+      }
     }
-    for (auto& i : items_) {
-      if (i.settled) i.handle->wake(i.callback);
+    static const std::function<void(const Status&)> kNone;
+    size_t next = 0;  // callbacks_ is in item order
+    for (size_t k = 0; k < items_.size(); ++k) {
+      if (!items_[k].handle) continue;
+      const bool has = next < callbacks_.size() && callbacks_[next].first == k;
+      items_[k].handle->wake(has ? callbacks_[next++].second : kNone);
     }
     items_.clear();
+    outcomes_.clear();
+    callbacks_.clear();
   }
 
  private:
-  struct Item {
-    std::shared_ptr<HandleState> handle;
+  struct Outcome {
     Status status;
     std::shared_ptr<Completion> pending;
-    std::function<void(const Status&)> callback;
-    bool settled = false;
+    bool same(const Status& s, const std::shared_ptr<Completion>& p) const {
+      return p == pending && s.code() == status.code() && s.message() == status.message();
+    }
+  };
+  struct Item {
+    std::shared_ptr<HandleState> handle;
+    size_t outcome;
   };
   std::vector<Item> items_;
+  std::vector<Outcome> outcomes_;
+  std::vector<std::pair<size_t, std::function<void(const Status&)>>> callbacks_;
 };
 
 }  // namespace hvd::core::detail

@@ -263,11 +263,11 @@ bool HandleState::released() {
 
 void HandleState::complete_after(Status s, std::shared_ptr<Completion> pending) {
   std::function<void(const Status&)> cb;
-  if (!settle(std::move(s), std::move(pending), &cb)) return;
+  if (!settle(s, pending, &cb)) return;
   wake(cb);
 }
 
-bool HandleState::settle(Status s, std::shared_ptr<Completion> pending,
+bool HandleState::settle(const Status& s, const std::shared_ptr<Completion>& pending,
                          std::function<void(const Status&)>* cb) {
   // The common case: OK, nothing left on a device, no watcher: `status` (OK since
   // construction) and `device` stay as they are, so only the state changes. A watcher counts
@@ -284,10 +284,10 @@ bool HandleState::settle(Status s, std::shared_ptr<Completion> pending,
   const uint32_t before = state.fetch_or(kClaimed, std::memory_order_relaxed);
   if (before & kClaimed) return false;
   if (pending) {
-    device.push_back(std::move(pending));
+    device.push_back(pending);
     device_done.store(false, std::memory_order_relaxed);
   }
-  status = std::move(s);
+  status = s;
   *cb = std::move(callback_);
   // Watchers count themselves under mu: one that is not counted now sees kDone and never
   // sleeps.

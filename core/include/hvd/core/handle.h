@@ -124,7 +124,7 @@ struct HandleState {
   /// completed before, nothing done) and hands out the callback, wake() wakes the waiters and
   /// runs it. Settling a whole batch before waking any handle lets a thread that waits for the
   /// handles in turn sleep once, not once per handle while the batch is being completed.
-  bool settle(Status s, std::shared_ptr<Completion> pending,
+  bool settle(const Status& s, const std::shared_ptr<Completion>& pending,
               std::function<void(const Status&)>* cb);
   void wake(const std::function<void(const Status&)>& cb);
   /// True once the device work (if any) finished. Never blocks.
