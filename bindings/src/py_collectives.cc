@@ -22,14 +22,14 @@
 namespace hvd::py {
 namespace {
 
-using Shape = std::vector<int64_t>;
+using Shape = std::vector<int64_t>;  // as pybind11 converts it (hvd::Shape: the fast path)
 /// (data pointer, dtype code, shape, device index, stream)
 using Desc = std::tuple<uintptr_t, int, Shape, int, uintptr_t>;
 
 /// Sweeps the graveyard every this many submissions (it is empty in the common case).
 constexpr unsigned kSweepEvery = 256;
 
-TensorView view(uintptr_t ptr, int dtype, Shape shape, int device, uintptr_t stream) {
+TensorView view(uintptr_t ptr, int dtype, hvd::Shape shape, int device, uintptr_t stream) {
   if (!dtype_valid(dtype))
     throw pyb::value_error("hvd: unsupported dtype code " + std::to_string(dtype));
   TensorView v(reinterpret_cast<void*>(ptr), static_cast<DataType>(dtype), std::move(shape),
@@ -142,7 +142,7 @@ ReduceOp reduce_op_arg(int op) {
 }
 
 /// A shape given as a tuple (torch.Size is one) or any other sequence of ints.
-bool shape_arg(PyObject* o, Shape* out) {
+bool shape_arg(PyObject* o, hvd::Shape* out) {
   if (PyTuple_Check(o)) {  // subclasses too: PySequence_Fast copies torch.Size into a new list
     const Py_ssize_t n = PyTuple_GET_SIZE(o);
     out->resize(static_cast<size_t>(n));
@@ -163,7 +163,7 @@ bool shape_arg(PyObject* o, Shape* out) {
 }
 
 /// The in-place allreduce of a contiguous host tensor (`keep`), as a new Handle.
-PyObject* submit_host(PyObject* keep, uintptr_t ptr, int dtype, Shape shape, const char* name,
+PyObject* submit_host(PyObject* keep, uintptr_t ptr, int dtype, hvd::Shape shape, const char* name,
                       Py_ssize_t name_len, int op, double pre, double post, int32_t ps) {
   try {
     maybe_sweep();
@@ -189,7 +189,7 @@ PyObject* allreduce_host(PyObject* /*self*/, PyObject* const* args, Py_ssize_t n
   uintptr_t ptr = 0;
   int dtype = 0, op = 0;
   int32_t ps = 0;
-  Shape shape;
+  hvd::Shape shape;
   Py_ssize_t len = 0;
   const char* name = args[4] == Py_None ? "" : PyUnicode_AsUTF8AndSize(args[4], &len);
   if (!name || !int_arg(args[1], &ptr) || !int_arg(args[2], &dtype) ||
@@ -311,7 +311,7 @@ PyObject* fast_allreduce(const FastAllreduce& f, PyObject* const* a, bool* commo
   pyb::object shp = pyb::reinterpret_steal<pyb::object>(read_attr(t, f.shape, false, direct));
   uintptr_t p = 0;
   int dtype = 0;
-  Shape shape;
+  hvd::Shape shape;
   if (!ptr || !shp || !int_arg(ptr.ptr(), &p) || !int_arg(code, &dtype) ||
       !shape_arg(shp.ptr(), &shape)) {
     return nullptr;

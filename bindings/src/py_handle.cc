@@ -289,7 +289,7 @@ PyObject* get_output_shape(PyObject* o, void* /*unused*/) {
   return guarded_call([&] {
     PyHandle& h = self_of(o);
     if (!h.poll()) h.wait();
-    return pyb::cast(h.handle.output().shape);
+    return pyb::cast(h.handle.output().shape.vec());
   });
 }
 

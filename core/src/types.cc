@@ -86,7 +86,11 @@ int64_t shape_numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-int64_t TensorView::numel() const { return shape_numel(shape); }
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";

@@ -295,7 +295,7 @@ void fill_request(core::Request* r, OpType op, const std::string& name, const Te
   r->op = op;
   r->name = name;
   r->dtype = t.dtype;
-  r->shape = t.shape;
+  r->shape.assign(t.shape.begin(), t.shape.end());  // keeps the slot's capacity
   r->device = t.device;
   r->rank = rt.rank();
   r->process_set = rt.process_set_id();

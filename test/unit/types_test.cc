@@ -32,3 +32,41 @@ TEST_CASE("dtype sizes and names", "[unit]") {
   REQUIRE(shape_str({64, 32}) == "[64, 32]");
   REQUIRE(TensorView(nullptr, DataType::kFloat32, {3, 4}).bytes() == 48);
 }
+
+TEST_CASE("a shape keeps small ranks in place and behaves as a vector of any rank", "[unit]") {
+  const std::vector<int64_t> dims{2, 3, 4, 5, 6, 7};
+  for (size_t rank = 0; rank <= dims.size(); ++rank) {
+    const std::vector<int64_t> v(dims.begin(), dims.begin() + static_cast<std::ptrdiff_t>(rank));
+    Shape s(v);
+    CHECK(s.size() == rank);
+    CHECK(s.empty() == (rank == 0));
+    CHECK(s == v);
+    CHECK(v == s);
+    CHECK(s.vec() == v);
+    CHECK(s.capacity() == std::max(rank, Shape::kInline));
+    const Shape copy = s;  // NOLINT(performance-unnecessary-copy-initialization): the copy is tested
+    CHECK(copy == s);
+    CHECK(copy.data() != s.data());
+    Shape moved = std::move(s);
+    CHECK(moved == v);
+    CHECK(s.empty());  // NOLINT(bugprone-use-after-move): a moved-from shape is empty
+    std::vector<int64_t> back = moved;
+    CHECK(back == v);
+    Shape grown;
+    for (int64_t d : v) grown.push_back(d);
+    CHECK(grown == moved);
+    grown.push_back(9);
+    CHECK(grown != moved);
+    CHECK(grown.back() == 9);
+    grown.resize(rank);
+    CHECK(grown == v);
+    grown = {1};
+    CHECK(grown == std::vector<int64_t>{1});
+    grown = v;  // back to the vector's dimensions, keeping the room it had
+    CHECK(grown == v);
+  }
+  TensorView t(nullptr, DataType::kFloat32, {2, 3, 4, 5, 6});
+  CHECK(t.numel() == 720);
+  CHECK(t.bytes() == 2880);
+  CHECK(TensorView(nullptr, DataType::kInt8, {}).numel() == 1);
+}

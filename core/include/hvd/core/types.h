@@ -2,8 +2,10 @@
 // Framework-agnostic tensor descriptions: dtype, device, shape, data pointer, stream.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -46,19 +48,135 @@ struct Device {
   std::string str() const;  ///< "cpu" or "cuda:0"
 };
 
+/// A tensor's dimensions: a vector of int64_t that keeps up to kInline of them in place, so
+/// that describing a tensor allocates nothing (a collective's caller builds a view per call).
+/// Converts to and from std::vector<int64_t>.
+class Shape {
+ public:
+  using value_type = int64_t;
+  using iterator = int64_t*;
+  using const_iterator = const int64_t*;
+  static constexpr size_t kInline = 4;
+
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims) { assign(dims.begin(), dims.end()); }
+  Shape(const std::vector<int64_t>& dims) {  // NOLINT(google-explicit-constructor): a vector
+    assign(dims.data(), dims.data() + dims.size());
+  }
+  Shape(const int64_t* first, const int64_t* last) { assign(first, last); }
+  Shape(const Shape& o) { assign(o.begin(), o.end()); }
+  Shape(Shape&& o) noexcept { take(&o); }
+  Shape& operator=(const Shape& o) {
+    if (this != &o) assign(o.begin(), o.end());
+    return *this;
+  }
+  Shape& operator=(Shape&& o) noexcept {
+    if (this != &o) {
+      release();
+      take(&o);
+    }
+    return *this;
+  }
+  Shape& operator=(const std::vector<int64_t>& dims) {
+    assign(dims.data(), dims.data() + dims.size());
+    return *this;
+  }
+  Shape& operator=(std::initializer_list<int64_t> dims) {
+    assign(dims.begin(), dims.end());
+    return *this;
+  }
+  ~Shape() { release(); }
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  size_t capacity() const { return cap_; }
+  int64_t* data() { return heap_ ? heap_ : inline_; }
+  const int64_t* data() const { return heap_ ? heap_ : inline_; }
+  int64_t* begin() { return data(); }
+  int64_t* end() { return data() + size_; }
+  const int64_t* begin() const { return data(); }
+  const int64_t* end() const { return data() + size_; }
+  int64_t& operator[](size_t i) { return data()[i]; }
+  int64_t operator[](size_t i) const { return data()[i]; }
+  int64_t front() const { return data()[0]; }
+  int64_t back() const { return data()[size_ - 1]; }
+  void clear() { size_ = 0; }
+  void push_back(int64_t d) {
+    grow(size_ + 1);
+    data()[size_++] = d;
+  }
+  void resize(size_t n, int64_t value = 0) {
+    grow(n);
+    if (n > size_) std::fill(data() + size_, data() + n, value);
+    size_ = static_cast<uint32_t>(n);
+  }
+  void assign(const int64_t* first, const int64_t* last) {
+    const auto n = static_cast<size_t>(last - first);
+    size_ = 0;
+    grow(n);
+    std::copy(first, last, data());
+    size_ = static_cast<uint32_t>(n);
+  }
+  std::vector<int64_t> vec() const { return {begin(), end()}; }
+  operator std::vector<int64_t>() const { return vec(); }  // NOLINT(google-explicit-constructor)
+
+  friend bool operator==(const Shape& a, const Shape& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+  friend bool operator==(const Shape& a, const std::vector<int64_t>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+  friend bool operator==(const std::vector<int64_t>& a, const Shape& b) { return b == a; }
+  friend bool operator!=(const Shape& a, const Shape& b) { return !(a == b); }
+  friend bool operator!=(const Shape& a, const std::vector<int64_t>& b) { return !(a == b); }
+  friend bool operator!=(const std::vector<int64_t>& a, const Shape& b) { return !(b == a); }
+
+ private:
+  // Room for n dimensions (the first size_ kept).
+  void grow(size_t n) {
+    if (n <= cap_) return;
+    auto* bigger = new int64_t[n];
+    std::copy(begin(), end(), bigger);
+    release();
+    heap_ = bigger;
+    cap_ = static_cast<uint32_t>(n);
+  }
+  void release() {
+    delete[] heap_;
+    heap_ = nullptr;
+    cap_ = kInline;
+  }
+  void take(Shape* o) {
+    if (o->heap_) {
+      heap_ = o->heap_;
+      cap_ = o->cap_;
+      o->heap_ = nullptr;
+      o->cap_ = kInline;
+    } else {
+      std::copy(o->begin(), o->end(), inline_);
+    }
+    size_ = o->size_;
+    o->size_ = 0;
+  }
+  int64_t* heap_ = nullptr;  // null: the dimensions are in inline_
+  uint32_t size_ = 0;
+  uint32_t cap_ = kInline;
+  int64_t inline_[kInline] = {};
+};
+
 /// A non-owning view of a tensor. For device tensors, `stream` is the producer's stream
 /// (cudaStream_t) and `ready_event` an optional event (cudaEvent_t) recorded after the write;
 /// the collective waits for it on the device, never with a device-wide sync.
 struct TensorView {
   void* data = nullptr;
   DataType dtype = DataType::kFloat32;
-  std::vector<int64_t> shape;
+  Shape shape;
   Device device;
   void* stream = nullptr;
   void* ready_event = nullptr;
 
   TensorView() = default;
-  TensorView(void* d, DataType t, std::vector<int64_t> s, Device dev = Device::host())
+  TensorView(void* d, DataType t, Shape s, Device dev = Device::host())
       : data(d), dtype(t), shape(std::move(s)), device(dev) {}
   int64_t numel() const;
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
