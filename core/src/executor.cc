@@ -74,13 +74,14 @@ Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
                                                   shape_str(shape)));
       }
     } else {
+      std::shared_ptr<uint8_t>& owned = e->handle->extra().owned_output;
       if (e->pool) {
-        e->handle->owned_output = e->pool->take(bytes);
+        owned = e->pool->take(bytes);
       } else {
-        e->handle->owned_output.reset(new uint8_t[bytes > 0 ? bytes : 1],  // uninitialised
-                                      std::default_delete<uint8_t[]>());
+        owned.reset(new uint8_t[bytes > 0 ? bytes : 1],  // uninitialised
+                    std::default_delete<uint8_t[]>());
       }
-      data = e->handle->owned_output.get();
+      data = owned.get();
     }
   } catch (const std::exception& ex) {
     return failure(ex.what());
@@ -88,8 +89,9 @@ Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
     return failure("unknown exception");
   }
   e->output = TensorView(data, t, shape, e->input.device);
-  e->handle->output = e->output;
-  e->handle->output_shape = shape;
+  HandleExtra& x = e->handle->extra();
+  x.output = e->output;
+  x.output_shape = shape;
   return Status::OK();
 }
 

@@ -242,19 +242,22 @@ bool Completion::let_go() {
 
 void HandleState::hold_device(std::shared_ptr<Completion> work) {
   std::lock_guard<std::mutex> lk(mu);
-  held_.push_back(std::move(work));
+  extra().held.push_back(std::move(work));
 }
 
 bool HandleState::released() {
   if (in_use.load(std::memory_order_acquire)) return false;
   {
     std::lock_guard<std::mutex> lk(mu);
-    while (!held_.empty()) {
-      if (!held_.back()->let_go()) return false;
-      held_.pop_back();
+    auto* held = extra_ ? &extra_->held : nullptr;
+    while (held && !held->empty()) {
+      if (!held->back()->let_go()) return false;
+      held->pop_back();
     }
   }
-  for (const auto& w : parts) {
+  // The parts were set before the handle was shared (join_handles); in_use was clear.
+  if (!extra_) return true;
+  for (const auto& w : extra_->parts) {
     auto p = w.lock();  // gone: the runtime dropped it, so it let go
     if (p && !p->released()) return false;
   }
@@ -284,7 +287,7 @@ bool HandleState::settle(const Status& s, const std::shared_ptr<Completion>& pen
   const uint32_t before = state.fetch_or(kClaimed, std::memory_order_relaxed);
   if (before & kClaimed) return false;
   if (pending) {
-    device.push_back(pending);
+    extra().device.push_back(pending);
     device_done.store(false, std::memory_order_relaxed);
   }
   status = s;
@@ -304,11 +307,12 @@ void HandleState::wake(const std::function<void(const Status&)>& cb) {
 bool HandleState::device_settled() {
   if (device_done.load(std::memory_order_acquire)) return true;
   std::lock_guard<std::mutex> lk(mu);
-  while (!device.empty()) {
+  HandleExtra& x = extra();  // device_done is clear: the device work is there
+  while (!x.device.empty()) {
     Status st;
-    if (!device.back()->poll(&st)) return false;
-    if (!st.ok() && device_status.ok()) device_status = st;
-    device.pop_back();
+    if (!x.device.back()->poll(&st)) return false;
+    if (!st.ok() && x.device_status.ok()) x.device_status = st;
+    x.device.pop_back();
   }
   device_done.store(true, std::memory_order_release);
   return true;
@@ -367,12 +371,16 @@ void Handle::wait() const { throw_if_error(wait_status()); }
 
 const TensorView& Handle::output() const {
   if (!s_) throw Error(precondition("output() on an empty hvd::Handle"));
-  return s_->output;
+  static const TensorView kNone;
+  const core::HandleExtra* x = s_->extra_if();
+  return x ? x->output : kNone;
 }
 
 const std::vector<int64_t>& Handle::received_splits() const {
   if (!s_) throw Error(precondition("received_splits() on an empty hvd::Handle"));
-  return s_->received_splits;
+  static const std::vector<int64_t> kNone;
+  const core::HandleExtra* x = s_->extra_if();
+  return x ? x->received_splits : kNone;
 }
 
 bool Handle::released() const {
@@ -437,8 +445,9 @@ size_t kept_until_released() {
 
 Handle join_handles(const std::vector<Handle>& parts) {
   auto all = new_handle_state();
-  all->parts.reserve(parts.size());
-  for (const Handle& h : parts) all->parts.push_back(h.shared_state());
+  auto& joined = all->extra().parts;
+  joined.reserve(parts.size());
+  for (const Handle& h : parts) joined.push_back(h.shared_state());
   if (parts.empty()) {
     all->complete(Status::OK());
     return Handle(all);
@@ -458,7 +467,7 @@ Handle join_handles(const std::vector<Handle>& parts) {
       std::vector<std::shared_ptr<Completion>> device;
       {
         std::lock_guard<std::mutex> lk(hs->mu);
-        device = hs->device;
+        if (const core::HandleExtra* x = hs->extra_if()) device = x->device;
       }
       std::lock_guard<std::mutex> lk(join->mu);
       if (!st.ok() && join->first_error.ok()) join->first_error = st;
@@ -466,8 +475,9 @@ Handle join_handles(const std::vector<Handle>& parts) {
       if (--join->left > 0) return;
       {
         std::lock_guard<std::mutex> l(all->mu);
-        all->device = std::move(join->device);
-        all->device_done.store(all->device.empty(), std::memory_order_relaxed);
+        auto& work = all->extra().device;
+        work = std::move(join->device);
+        all->device_done.store(work.empty(), std::memory_order_relaxed);
       }
       all->complete(join->first_error);
     };

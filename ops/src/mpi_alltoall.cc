@@ -49,7 +49,7 @@ Status MpiExecutor::alltoall(const Response& r, const std::vector<TensorEntry*>&
     core::PhaseScope call(core::Phase::kCollective, "MPI_Alltoallv");
     HVD_MPI_CHECK(
         MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm_));
-    e->handle->received_splits = std::move(received);
+    e->handle->extra().received_splits = std::move(received);
   }
   return failed;
 }

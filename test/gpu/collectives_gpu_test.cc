@@ -129,7 +129,7 @@ TEST_CASE("gpu broadcast, allgather, alltoall and reducescatter of every dtype",
       r.rank_rows = {5};
       REQUIRE(h.run(r).ok());
       REQUIRE(gputest::download(t, h.entries[0]->output.data, v.size()) == v);
-      REQUIRE(h.entries[0]->handle->received_splits == std::vector<int64_t>{5});
+      REQUIRE(h.entries[0]->handle->extra().received_splits == std::vector<int64_t>{5});
     }
     {  // reducescatter: one rank gets every row, scaled
       Harness h;

@@ -216,7 +216,7 @@ class TestExecutor : public core::Executor {
                       b);
         out += b;
       }
-      e->handle->received_splits = got;
+      e->handle->extra().received_splits = got;
     }
     return Status::OK();
   }

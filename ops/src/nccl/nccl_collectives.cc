@@ -209,7 +209,7 @@ Status NcclExecutor::alltoall(DeviceState* d, const Response& r,
       }
       return Status::OK();
     }));
-    if (in.valid(i)) e->handle->received_splits = p.received;
+    if (in.valid(i)) e->handle->extra().received_splits = p.received;
   }
   return in.status();
 }

@@ -50,11 +50,33 @@ class Completion {
   std::atomic<bool> let_go_{false};
 };
 
+struct HandleState;
+
+/// What few collectives use (device work, outputs sized by negotiation, joined parts): kept
+/// apart (HandleState::extra()), so that the state every collective writes and reads is three
+/// cache lines instead of seven.
+struct HandleExtra {
+  /// Device work still running after the collective was launched: added before complete(),
+  /// each removed (under mu) once it finished. Its first error goes to `device_status`, written
+  /// before `device_done` is set (`status` never changes once done).
+  std::vector<std::shared_ptr<Completion>> device;
+  Status device_status;
+  /// Outputs whose size negotiation decides (allgather, alltoall): shape and the buffer hvd
+  /// allocated when the caller gave no allocator.
+  std::vector<int64_t> output_shape;
+  /// Not zero-filled (the collective writes it all); may come from the runtime's OutputPool,
+  /// to which it returns when the last copy of the handle is gone.
+  std::shared_ptr<uint8_t> owned_output;
+  TensorView output;
+  std::vector<int64_t> received_splits;  ///< alltoall
+  /// join_handles(): the parts (released() asks them).
+  std::vector<std::weak_ptr<HandleState>> parts;
+  /// Device work the executor left running on the buffers (guarded by mu; hold_device()).
+  std::vector<std::shared_ptr<Completion>> held;
+};
+
 /// Shared between the user (waiting) and the background thread (completing).
 struct HandleState {
-  // What completing and waiting touch comes first (the first two cache lines): a burst of
-  // 1,024 collectives cycles through more handle states than the L2 holds.
-
   /// Guards the fields below that are not atomic; may be held while taking Completion::mu_
   /// (device_settled), never while a callback runs (docs/internals.md, "The lock contract").
   std::mutex mu;
@@ -72,32 +94,28 @@ struct HandleState {
   /// caller's input and output): from the queueing to the moment the executor returned (see
   /// released()). Never set on a refused submission.
   std::atomic<bool> in_use{false};
-  std::atomic<bool> device_done{true};  ///< see `device`
+  std::atomic<bool> device_done{true};  ///< see HandleExtra::device
   Status status;
+  /// join: the last rank to join; add_process_set: the new set's id.
+  int64_t result = -1;
 
  private:
   bool notify_ = false;  // settle() found a watcher (mu); read by wake() on the same thread
   std::function<void(const Status&)> callback_;  // guarded by mu; see then()
+  std::unique_ptr<HandleExtra> extra_;
 
  public:
   std::condition_variable cv;
-  /// Device work still running after the collective was launched: added before complete(),
-  /// each removed (under mu) once it finished. Its first error goes to `device_status`, written
-  /// before `device_done` is set (`status` never changes once `done` is set).
-  std::vector<std::shared_ptr<Completion>> device;
-  Status device_status;
-  /// Outputs whose size negotiation decides (allgather, alltoall): shape and the buffer hvd
-  /// allocated when the caller gave no allocator.
-  std::vector<int64_t> output_shape;
-  /// Not zero-filled (the collective writes it all); may come from the runtime's OutputPool,
-  /// to which it returns when the last copy of the handle is gone.
-  std::shared_ptr<uint8_t> owned_output;
-  TensorView output;
-  std::vector<int64_t> received_splits;  ///< alltoall
-  /// join: the last rank to join; add_process_set: the new set's id.
-  int64_t result = -1;
-  /// join_handles(): the parts (released() asks them).
-  std::vector<std::weak_ptr<HandleState>> parts;
+
+  /// The rarely used part, created on first use: by the thread that made the handle before
+  /// sharing it (join_handles), else by the runtime while `in_use` or under mu before
+  /// completion; read by others after completion (or once `in_use` is clear).
+  HandleExtra& extra() {
+    if (!extra_) extra_ = std::make_unique<HandleExtra>();
+    return *extra_;
+  }
+  /// Null while nothing used it.
+  const HandleExtra* extra_if() const { return extra_.get(); }
   /// Device work the executor left running on this collective's buffers; the runtime adds it
   /// (before clearing `in_use`) and released() drops each once it let go (Completion::let_go).
   void hold_device(std::shared_ptr<Completion> work);
@@ -118,7 +136,7 @@ struct HandleState {
   /// else on the completing thread (see complete()). Callbacks set before completion run in
   /// the order they were set (a handle may be part of several join_handles()).
   void then(std::function<void(const Status&)> cb);
-  /// Completes once `device` also finishes: `pending` is added to `device` first (null: none).
+  /// Completes once the device work also finishes: `pending` is added to it first (null: none).
   void complete_after(Status s, std::shared_ptr<Completion> pending);
   /// complete_after() in two steps, for completing a batch: settle() sets the result (false:
   /// completed before, nothing done) and hands out the callback, wake() wakes the waiters and
@@ -130,10 +148,9 @@ struct HandleState {
   /// True once the device work (if any) finished. Never blocks.
   bool device_settled();
   /// The final status: `status`, else the device work's (call once done and device_settled()).
-  const Status& final_status() const { return status.ok() ? device_status : status; }
-
- private:
-  std::vector<std::shared_ptr<Completion>> held_;  // guarded by mu; see hold_device()
+  const Status& final_status() const {
+    return status.ok() && extra_ ? extra_->device_status : status;
+  }
 };
 
 /// A new handle state; its memory is recycled (cheaper than malloc for bursts of thousands).
