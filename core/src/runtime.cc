@@ -268,7 +268,11 @@ Handle Runtime::enqueue_slot(const std::string& name, FunctionRef<bool(TensorEnt
   ++active_;
   queue_.push_back(&slot);  // slots do not move; only the user side erases idle ones
   // Only an idle or backing-off loop needs waking; a busy one looks anyway.
-  if (sleeping_ || pausing_) cv_.notify_one();
+  // Once: the rest of a burst submitted before the loop took mu_ again finds it woken.
+  if ((sleeping_ || pausing_) && !woken_) {
+    woken_ = true;
+    cv_.notify_one();
+  }
   if (refused_handle) {
     lk.unlock();
     refused_handle->refused.store(true, std::memory_order_relaxed);
@@ -344,6 +348,7 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
     // stall heartbeat: then take part in one (empty) round, so that ranks which did submit
     // are not blocked in a round forever and rank 0 learns about and reports the stall.
     sleeping_ = true;
+    woken_ = false;
     auto woken = [&] { return stopped_ || !queue_.empty() || shutdown_requested_; };
     const auto heartbeat = idle_heartbeat();
     if (heartbeat.count() > 0) {
@@ -360,6 +365,7 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
     // new local work ends the pause at once.
     auto pause = kSettleStep * (1 << std::min(fruitless_rounds_, 5));
     pausing_ = true;  // enqueue() wakes a pausing loop as it wakes a sleeping one
+    woken_ = false;
     cv_.wait_for(lk, pause, [&] { return stopped_ || !queue_.empty() || shutdown_requested_; });
     pausing_ = false;
   }

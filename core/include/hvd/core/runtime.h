@@ -264,6 +264,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   // mu_: the loop is blocked waiting for the first request of a burst (enqueue wakes it).
   bool sleeping_ = false;
   bool pausing_ = false;        // mu_: backing off after fruitless rounds (new work ends it)
+  bool woken_ = false;          // mu_: a submission notified the sleeping or pausing loop
   bool settling_ = false;       // mu_: gathering a burst (a waiting user thread ends it)
   uint64_t wait_listener_ = 0;  // set by start(), removed by the destructor
   int fruitless_rounds_ = 0;    // loop: consecutive rounds that matched nothing
