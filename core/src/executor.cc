@@ -47,15 +47,6 @@ void reset_for_reuse(TensorEntry* e) {
   e->allocator = nullptr;
 }
 
-void assign_view(TensorView* dst, const TensorView& src) {
-  dst->data = src.data;
-  dst->dtype = src.dtype;
-  if (dst->shape != src.shape) dst->shape = src.shape;
-  dst->device = src.device;
-  dst->stream = src.stream;
-  dst->ready_event = src.ready_event;
-}
-
 Status allocate_output(TensorEntry* e, const std::vector<int64_t>& shape) {
   const DataType t = e->request.dtype;
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(t);

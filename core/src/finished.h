@@ -20,10 +20,10 @@ class Finished {
   explicit Finished(size_t expected) { items_.reserve(expected); }
   /// `h` completes with `s` (and `pending`, device work still running). A batch's handles
   /// share one outcome: an item is a handle and the outcome's index.
-  void add(std::shared_ptr<HandleState> h, Status s,
-           std::shared_ptr<Completion> pending = nullptr) {
+  void add(std::shared_ptr<HandleState> h, const Status& s,
+           const std::shared_ptr<Completion>& pending = nullptr) {
     if (outcomes_.empty() || !outcomes_.back().same(s, pending)) {
-      outcomes_.push_back({std::move(s), std::move(pending)});
+      outcomes_.push_back({s, pending});
     }
     items_.push_back({std::move(h), outcomes_.size() - 1});
   }

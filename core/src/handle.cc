@@ -349,6 +349,16 @@ bool Handle::poll() const {
 
 Status Handle::wait_status() const {
   if (!s_) return precondition("wait() on an empty hvd::Handle");
+  return settled();
+}
+
+void Handle::wait() const {
+  if (!s_) throw Error(precondition("wait() on an empty hvd::Handle"));
+  const Status& s = settled();  // the handle's own: no copy when it is OK
+  if (!s.ok()) throw Error(s);
+}
+
+const Status& Handle::settled() const {
   if (!s_->done()) {
     core::g_waiting.fetch_add(1, std::memory_order_relaxed);
     core::notify_wait_listeners();
@@ -366,8 +376,6 @@ Status Handle::wait_status() const {
   // Written before done / device_done were set (release), read after (acquire).
   return s_->final_status();
 }
-
-void Handle::wait() const { throw_if_error(wait_status()); }
 
 const TensorView& Handle::output() const {
   if (!s_) throw Error(precondition("output() on an empty hvd::Handle"));

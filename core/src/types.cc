@@ -6,26 +6,6 @@
 
 namespace hvd {
 
-size_t dtype_size(DataType t) {
-  switch (t) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-    case DataType::kBool:
-      return 1;
-    case DataType::kInt16:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 0;
-}
-
 const char* dtype_name(DataType t) {
   switch (t) {
     case DataType::kUInt8:
@@ -81,12 +61,6 @@ std::string Device::str() const {
 }
 
 int64_t shape_numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-int64_t TensorView::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;

@@ -48,7 +48,14 @@ struct TensorEntry {
 void reset_for_reuse(TensorEntry* e);
 /// `*dst = src`, without rewriting what is equal already (a shape the same as last time):
 /// a refill of a table slot (Runtime::enqueue_refill) writes only the buffers' addresses.
-void assign_view(TensorView* dst, const TensorView& src);
+inline void assign_view(TensorView* dst, const TensorView& src) {
+  dst->data = src.data;
+  dst->dtype = src.dtype;
+  if (dst->shape != src.shape) dst->shape = src.shape;
+  dst->device = src.device;
+  dst->stream = src.stream;
+  dst->ready_event = src.ready_event;
+}
 
 /// Gives `e` an output of `shape` (allgather, alltoall, reducescatter: sizes negotiation
 /// decided): through `e->allocator` when set, else in `e->handle->owned_output` (from

@@ -196,6 +196,7 @@ class Handle {
   const std::shared_ptr<core::HandleState>& shared_state() const { return s_; }
 
  private:
+  const Status& settled() const;  // waits (s_ set); the final status, in the state
   std::shared_ptr<core::HandleState> s_;
 };
 

@@ -26,7 +26,26 @@ enum class DataType : uint8_t {
 };
 constexpr int kNumDataTypes = 10;
 
-size_t dtype_size(DataType t);
+/// Bytes per element (0 for a value out of range). Inline: asked per tensor, across libraries.
+constexpr size_t dtype_size(DataType t) {
+  switch (t) {
+    case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool:
+      return 1;
+    case DataType::kInt16:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
 const char* dtype_name(DataType t);
 bool dtype_is_floating(DataType t);
 bool dtype_valid(int raw);
@@ -178,7 +197,11 @@ struct TensorView {
   TensorView() = default;
   TensorView(void* d, DataType t, Shape s, Device dev = Device::host())
       : data(d), dtype(t), shape(std::move(s)), device(dev) {}
-  int64_t numel() const;
+  int64_t numel() const {  // inline: every submission asks, from another library
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
 };
 
