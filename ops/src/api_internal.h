@@ -20,8 +20,43 @@ namespace hvd::detail {
 std::shared_ptr<core::Runtime> runtime(const char* fn);
 /// The runtime of `ps` on this rank; throws naming the op and tensor when `name` lies in hvd's
 /// own name space (core::check_user_name), the set does not exist or this rank is not a member.
-std::shared_ptr<core::Runtime> set_runtime(const char* fn, const std::string& name,
-                                           const ProcessSet& ps);
+class RuntimeRef;
+RuntimeRef set_runtime(const char* fn, const std::string& name, const ProcessSet& ps);
+/// Ends a call counted by a RuntimeRef of the global runtime.
+void end_counted_call();
+
+/// A runtime held for one API call. The global runtime is held by counting the calls in flight
+/// (shutdown() waits for them before it lets the runtime go): no reference count touched per
+/// call. A process set's runtime is held by a shared reference.
+class RuntimeRef {
+ public:
+  static RuntimeRef counted(core::Runtime* rt) {
+    RuntimeRef r;
+    r.rt_ = rt;
+    r.counted_ = true;
+    return r;
+  }
+  explicit RuntimeRef(std::shared_ptr<core::Runtime> shared)
+      : shared_(std::move(shared)), rt_(shared_.get()) {}
+  RuntimeRef(RuntimeRef&& o) noexcept
+      : shared_(std::move(o.shared_)), rt_(o.rt_), counted_(o.counted_) {
+    o.counted_ = false;
+  }
+  RuntimeRef(const RuntimeRef&) = delete;
+  RuntimeRef& operator=(const RuntimeRef&) = delete;
+  RuntimeRef& operator=(RuntimeRef&&) = delete;
+  ~RuntimeRef() {
+    if (counted_) end_counted_call();
+  }
+  core::Runtime& operator*() const { return *rt_; }
+  core::Runtime* operator->() const { return rt_; }
+
+ private:
+  RuntimeRef() = default;
+  std::shared_ptr<core::Runtime> shared_;
+  core::Runtime* rt_ = nullptr;
+  bool counted_ = false;
+};
 /// `name`, or the next deterministic automatic name for (process set, op): "@<op>.noname.<n>".
 std::string auto_name(core::OpType op, const std::string& name, int32_t process_set);
 /// After join(): every rank of `rt`'s set adopts the highest automatic-name count of each op

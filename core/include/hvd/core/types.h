@@ -140,10 +140,10 @@ class Shape {
   operator std::vector<int64_t>() const { return vec(); }  // NOLINT(google-explicit-constructor)
 
   friend bool operator==(const Shape& a, const Shape& b) {
-    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+    return same_dims(a.data(), a.size(), b.data(), b.size());
   }
   friend bool operator==(const Shape& a, const std::vector<int64_t>& b) {
-    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+    return same_dims(a.data(), a.size(), b.data(), b.size());
   }
   friend bool operator==(const std::vector<int64_t>& a, const Shape& b) { return b == a; }
   friend bool operator!=(const Shape& a, const Shape& b) { return !(a == b); }
@@ -151,6 +151,14 @@ class Shape {
   friend bool operator!=(const std::vector<int64_t>& a, const Shape& b) { return !(b == a); }
 
  private:
+  // A loop, not std::equal: that calls memcmp, which costs more than the few dimensions.
+  static bool same_dims(const int64_t* a, size_t n, const int64_t* b, size_t m) {
+    if (n != m) return false;
+    for (size_t i = 0; i < n; ++i) {
+      if (a[i] != b[i]) return false;
+    }
+    return true;
+  }
   // Room for n dimensions (the first size_ kept).
   void grow(size_t n) {
     if (n <= cap_) return;
