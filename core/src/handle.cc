@@ -264,7 +264,7 @@ bool HandleState::released() {
   return true;
 }
 
-void HandleState::complete_after(Status s, std::shared_ptr<Completion> pending) {
+void HandleState::complete_after(const Status& s, const std::shared_ptr<Completion>& pending) {
   std::function<void(const Status&)> cb;
   if (!settle(s, pending, &cb)) return;
   wake(cb);
@@ -318,7 +318,7 @@ bool HandleState::device_settled() {
   return true;
 }
 
-void HandleState::complete(Status s) { complete_after(std::move(s), nullptr); }
+void HandleState::complete(const Status& s) { complete_after(s, nullptr); }
 
 void HandleState::then(std::function<void(const Status&)> cb) {
   std::unique_lock<std::mutex> lk(mu);

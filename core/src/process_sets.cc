@@ -48,7 +48,7 @@ Handle Runtime::remove_process_set(int32_t id) {
   e.request.root = id;
   auto fail = [](Status s) {
     auto h = new_handle_state();
-    h->complete(std::move(s));
+    h->complete(s);
     return Handle(h);
   };
   const std::string who = "remove_process_set(" + std::to_string(id) + ")";

@@ -131,13 +131,13 @@ struct HandleState {
   /// Lock contract: the runtime calls it (and complete_after) only after releasing its own
   /// lock, so a callback may submit collectives (it must not wait for one: it runs on the
   /// background thread that would run it).
-  void complete(Status s);
+  void complete(const Status& s);
   /// Runs `cb` with `status` once complete() ran: at once on this thread when it already did,
   /// else on the completing thread (see complete()). Callbacks set before completion run in
   /// the order they were set (a handle may be part of several join_handles()).
   void then(std::function<void(const Status&)> cb);
   /// Completes once the device work also finishes: `pending` is added to it first (null: none).
-  void complete_after(Status s, std::shared_ptr<Completion> pending);
+  void complete_after(const Status& s, const std::shared_ptr<Completion>& pending);
   /// complete_after() in two steps, for completing a batch: settle() sets the result (false:
   /// completed before, nothing done) and hands out the callback, wake() wakes the waiters and
   /// runs it. Settling a whole batch before waking any handle lets a thread that waits for the
