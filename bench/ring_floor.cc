@@ -57,8 +57,7 @@ void per_tensor(Setup& b) {
   MPI_Waitall(static_cast<int>(rq.size()), rq.data(), MPI_STATUSES_IGNORE);
   for (int i = 0; i < half; ++i) {
     MPI_Reduce_local(b.staged.data() + static_cast<size_t>(i) * b.s,
-                     b.tensors[static_cast<size_t>(b.mine0() + i)].data(), b.s, MPI_FLOAT,
-                     MPI_SUM);
+                     b.tensors[static_cast<size_t>(b.mine0() + i)].data(), b.s, MPI_FLOAT, MPI_SUM);
   }
   rq.clear();
   for (int i = 0; i < half; ++i) {
@@ -111,8 +110,7 @@ void hindexed(Setup& b) {
   MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
   for (int i = 0; i < half; ++i) {
     MPI_Reduce_local(b.staged.data() + static_cast<size_t>(i) * b.s,
-                     b.tensors[static_cast<size_t>(b.mine0() + i)].data(), b.s, MPI_FLOAT,
-                     MPI_SUM);
+                     b.tensors[static_cast<size_t>(b.mine0() + i)].data(), b.s, MPI_FLOAT, MPI_SUM);
   }
   MPI_Irecv(MPI_BOTTOM, 1, theirs, b.peer, kTagGather, MPI_COMM_WORLD, &rq[0]);
   MPI_Isend(MPI_BOTTOM, 1, mine, b.peer, kTagGather, MPI_COMM_WORLD, &rq[1]);
@@ -152,8 +150,8 @@ int main(int argc, char** argv) {
   if (b.rank == 0) {
     std::printf("%d x %d floats, np 2, median ms of %d iterations (slowest rank)\n", b.k, b.s,
                 iters);
-    std::printf("%-6s %9s %12s %7s %12s %7s %10s %7s\n", "round", "raw ms", "per-tensor",
-                "/raw", "contiguous", "/raw", "hindexed", "/raw");
+    std::printf("%-6s %9s %12s %7s %12s %7s %10s %7s\n", "round", "raw ms", "per-tensor", "/raw",
+                "contiguous", "/raw", "hindexed", "/raw");
   }
   for (int r = 0; r < rounds; ++r) {
     const double t_raw = hvd_bench::median_ms(iters, raw);

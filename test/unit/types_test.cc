@@ -44,12 +44,12 @@ TEST_CASE("a shape keeps small ranks in place and behaves as a vector of any ran
     CHECK(v == s);
     CHECK(s.vec() == v);
     CHECK(s.capacity() == std::max(rank, Shape::kInline));
-    const Shape copy = s;  // NOLINT(performance-unnecessary-copy-initialization): the copy is tested
+    const Shape copy = s;  // the copy is what is tested
     CHECK(copy == s);
     CHECK(copy.data() != s.data());
     Shape moved = std::move(s);
     CHECK(moved == v);
-    CHECK(s.empty());  // NOLINT(bugprone-use-after-move): a moved-from shape is empty
+    CHECK(s.empty());  // a moved-from shape is empty
     std::vector<int64_t> back = moved;
     CHECK(back == v);
     Shape grown;
