@@ -46,7 +46,7 @@ Handle Runtime::add_process_set(const std::vector<int32_t>& ranks, const std::st
 Handle Runtime::remove_process_set(int32_t id) {
   TensorEntry e = set_op_entry(OpType::kRemoveProcessSet, "process_set.remove.");
   e.request.root = id;
-  auto fail = [](Status s) {
+  auto fail = [](const Status& s) {
     auto h = new_handle_state();
     h->complete(s);
     return Handle(h);
