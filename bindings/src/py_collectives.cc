@@ -22,9 +22,9 @@
 namespace hvd::py {
 namespace {
 
-using Shape = std::vector<int64_t>;  // as pybind11 converts it (hvd::Shape: the fast path)
+using Dims = std::vector<int64_t>;  // a shape as pybind11 converts it (the fast path: hvd::Shape)
 /// (data pointer, dtype code, shape, device index, stream)
-using Desc = std::tuple<uintptr_t, int, Shape, int, uintptr_t>;
+using Desc = std::tuple<uintptr_t, int, Dims, int, uintptr_t>;
 
 /// Sweeps the graveyard every this many submissions (it is empty in the common case).
 constexpr unsigned kSweepEvery = 256;
@@ -73,7 +73,7 @@ Allocator output_allocator(const TensorView& v, std::shared_ptr<void>* extra) {
   *extra = buf;
   const int device = v.device.index;
   const size_t elem = dtype_size(v.dtype);
-  return [buf, device, elem](const Shape& shape) -> void* {
+  return [buf, device, elem](const Dims& shape) -> void* {
     size_t bytes = static_cast<size_t>(shape_numel(shape)) * elem;
     Result<void*> p = buf->gpu->device_alloc(device, bytes);
     if (!p.ok()) throw std::runtime_error(p.status().message());
@@ -425,7 +425,7 @@ void bind_reductions(pyb::module_& m) {
         "exact `classes` are read through the first's attribute descriptors.");
   m.def(
       "allreduce_async",
-      [](pyb::object keep, uintptr_t ptr, int dtype, Shape shape, int device, uintptr_t stream,
+      [](pyb::object keep, uintptr_t ptr, int dtype, Dims shape, int device, uintptr_t stream,
          uintptr_t out_ptr, const std::string& name, int op, double pre, double post, int32_t ps) {
         maybe_sweep();
         TensorView in = view(ptr, dtype, std::move(shape), device, stream);
@@ -501,7 +501,7 @@ void bind_movement(pyb::module_& m) {
     auto hs = grouped_allgather_async(vs, name, ProcessSet(ps), allocs);
     return wrap_all(std::move(hs), keep, std::move(extras));
   });
-  m.def("alltoall_async", [](pyb::object keep, const Desc& d, const Shape& splits,
+  m.def("alltoall_async", [](pyb::object keep, const Desc& d, const Dims& splits,
                              const std::string& name, int32_t ps) {
     maybe_sweep();
     TensorView v = view(d);
