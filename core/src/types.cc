@@ -60,12 +60,6 @@ std::string Device::str() const {
   return "cuda:" + std::to_string(index);
 }
 
-int64_t shape_numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {

@@ -191,6 +191,14 @@ class Shape {
   int64_t inline_[kInline] = {};
 };
 
+/// The number of elements of a tensor of dimensions [first, last) (1 for none). Inline: asked
+/// per tensor, across libraries.
+inline int64_t dims_numel(const int64_t* first, const int64_t* last) {
+  int64_t n = 1;
+  for (; first != last; ++first) n *= *first;
+  return n;
+}
+
 /// A non-owning view of a tensor. For device tensors, `stream` is the producer's stream
 /// (cudaStream_t) and `ready_event` an optional event (cudaEvent_t) recorded after the write;
 /// the collective waits for it on the device, never with a device-wide sync.
@@ -205,17 +213,15 @@ struct TensorView {
   TensorView() = default;
   TensorView(void* d, DataType t, Shape s, Device dev = Device::host())
       : data(d), dtype(t), shape(std::move(s)), device(dev) {}
-  int64_t numel() const {  // inline: every submission asks, from another library
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
+  int64_t numel() const { return dims_numel(shape.begin(), shape.end()); }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
 };
 
 /// "[64, 32]"
 std::string shape_str(const std::vector<int64_t>& shape);
-int64_t shape_numel(const std::vector<int64_t>& shape);
+inline int64_t shape_numel(const std::vector<int64_t>& shape) {
+  return dims_numel(shape.data(), shape.data() + shape.size());
+}
 
 /// IEEE half and bfloat16 conversions (round to nearest even).
 float half_to_float(uint16_t h);
