@@ -23,7 +23,7 @@ class Finished {
   void add(std::shared_ptr<HandleState> h, const Status& s,
            const std::shared_ptr<Completion>& pending = nullptr) {
     if (outcomes_.empty() || !outcomes_.back().same(s, pending)) {
-      outcomes_.push_back({s, pending});
+      outcomes_.push_back({s, pending, s.ok() && !pending});
     }
     items_.push_back({std::move(h), outcomes_.size() - 1});
   }
@@ -32,6 +32,15 @@ class Finished {
     for (size_t k = 0; k < items_.size(); ++k) {
       Item& i = items_[k];
       const Outcome& o = outcomes_[i.outcome];
+      // HandleState::settle's common case, inline: OK, no device work, nobody waiting or
+      // called back: the state alone changes, and there is nothing to wake.
+      uint32_t idle = 0;
+      if (o.quiet && i.handle->state.compare_exchange_strong(
+                         idle, HandleState::kDone | HandleState::kClaimed,
+                         std::memory_order_release, std::memory_order_relaxed)) {
+        i.handle.reset();
+        continue;
+      }
       std::function<void(const Status&)> cb;
       if (!i.handle->settle(o.status, o.pending, &cb)) {
         i.handle.reset();  // completed before: nothing to wake
@@ -55,6 +64,7 @@ class Finished {
   struct Outcome {
     Status status;
     std::shared_ptr<Completion> pending;
+    bool quiet;  // OK without device work: settle() would only set the state
     bool same(const Status& s, const std::shared_ptr<Completion>& p) const {
       return p == pending && s.code() == status.code() && s.message() == status.message();
     }

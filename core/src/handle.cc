@@ -359,6 +359,8 @@ void Handle::wait() const {
 }
 
 const Status& Handle::settled() const {
+  // The common case: done, no device work left (device_done) to look at.
+  if (s_->done() && s_->device_done.load(std::memory_order_acquire)) return s_->final_status();
   if (!s_->done()) {
     core::g_waiting.fetch_add(1, std::memory_order_relaxed);
     core::notify_wait_listeners();

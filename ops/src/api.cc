@@ -299,7 +299,7 @@ Status check_view(const core::Request& r, const TensorView& t, const char* role)
 }
 
 Status check_view(OpType op, const std::string& name, const TensorView& t, const char* role) {
-  if (t.data == nullptr && t.numel() > 0) {
+  if (!view_ok(t)) {
     return invalid_argument(core::describe(op, name) + ": " + role + " data is null but shape " +
                             shape_str(t.shape) + " has " + std::to_string(t.numel()) + " elements");
   }
@@ -391,16 +391,15 @@ void refuse_call(const std::string& op_word, const std::string& name, int group_
   throw Error(invalid_argument(core::describe(op, name) + ": " + reason));  // not reached
 }
 
-Handle throw_if_refused(Handle h) {
+void throw_refusal(const Handle& h) {
   // Only the runtime's own refusals: a collective that already ran and failed (a peer was
   // quick) reports through the handle like any other, never as an exception here.
-  if (h.state() && h.state()->refused.load(std::memory_order_relaxed) && h.poll()) {
+  if (h.poll()) {
     Status s = h.wait_status();
     if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kPrecondition) {
       throw Error(s);
     }
   }
-  return h;
 }
 
 void fill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const TensorView& in,
@@ -430,7 +429,11 @@ bool refill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const Tenso
     fill_allreduce(e, rt, in, out, name, op, pre, post);
     return false;
   }
-  core::assign_view(&e->input, in);
+  // The input was set with the request: its dtype, shape and device are the ones just
+  // compared, so only the buffer changes. The output may have had another shape.
+  e->input.data = in.data;
+  e->input.stream = in.stream;
+  e->input.ready_event = in.ready_event;
   core::assign_view(&e->output, out);
   return true;
 }
@@ -521,14 +524,21 @@ Handle allreduce_async(const TensorView& input, const TensorView& output, const 
   if (name.empty()) generated = auto_name(OpType::kAllreduce, name, ps.id());
   const std::string& n = name.empty() ? generated : name;
   // This rank's mistakes are negotiated refusals: every rank's call fails (see submit()).
+  // Checked inline; the message is built only for a mistake.
+  const bool in_place = &input == &output;
+  const bool mistake =
+      (!in_place && (output.dtype != input.dtype || output.numel() != input.numel())) ||
+      !detail::view_ok(input) || (!in_place && !detail::view_ok(output));
   Status bad;
-  if (output.dtype != input.dtype || output.numel() != input.numel()) {
-    bad = invalid_argument("allreduce '" + n + "': output " + dtype_name(output.dtype) +
-                           shape_str(output.shape) + " does not match input " +
-                           dtype_name(input.dtype) + shape_str(input.shape));
+  if (mistake) {
+    if (output.dtype != input.dtype || output.numel() != input.numel()) {
+      bad = invalid_argument("allreduce '" + n + "': output " + dtype_name(output.dtype) +
+                             shape_str(output.shape) + " does not match input " +
+                             dtype_name(input.dtype) + shape_str(input.shape));
+    }
+    if (bad.ok()) bad = detail::check_view(OpType::kAllreduce, n, input, "input");
+    if (bad.ok()) bad = detail::check_view(OpType::kAllreduce, n, output, "output");
   }
-  if (bad.ok()) bad = detail::check_view(OpType::kAllreduce, n, input, "input");
-  if (bad.ok()) bad = detail::check_view(OpType::kAllreduce, n, output, "output");
   // In place in the table slot of `n` (no entry to move); validated once, by the runtime.
   core::Runtime& r = *rt;
   return detail::throw_if_refused(r.enqueue_refill(n, [&](core::TensorEntry* e) {

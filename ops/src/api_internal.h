@@ -66,6 +66,8 @@ void align_auto_names(core::Runtime& rt);
 /// The group key of a grouped op: `name`, or an automatic "@group.<op>.noname.<n>". Members
 /// are named core::member_name(key, i).
 std::string group_name(core::OpType op, const std::string& name, int32_t process_set);
+/// A view that describes memory: data, or no elements (check_view() says what is wrong).
+inline bool view_ok(const TensorView& t) { return t.data != nullptr || t.numel() <= 0; }
 Status check_view(const core::Request& r, const TensorView& t, const char* role);
 Status check_view(core::OpType op, const std::string& name, const TensorView& t, const char* role);
 /// Sets the fields every request has (op, name, dtype, shape, device, rank, process set).
@@ -75,9 +77,14 @@ core::Request make_request(core::OpType op, const std::string& name, const Tenso
                            const core::Runtime& rt);
 /// Validates locally (throwing hvd::Error for local mistakes) and enqueues.
 Handle submit(core::Runtime& rt, core::TensorEntry e);
+/// Throws when `h` (refused by the runtime) failed for a local mistake.
+void throw_refusal(const Handle& h);
 /// Throws hvd::Error when the runtime refused `h` at once for a local mistake (bad argument,
 /// precondition); returns it otherwise.
-Handle throw_if_refused(Handle h);
+inline Handle throw_if_refused(Handle h) {
+  if (h.state() && h.state()->refused.load(std::memory_order_relaxed)) throw_refusal(h);
+  return h;
+}
 /// Marks `e` refused with `s`'s message when `s` is an error (the first reason is kept).
 void refuse_if_bad(core::TensorEntry* e, const Status& s);
 /// Fills member `i` of a group, named `member`, in its table slot (under the runtime's lock:
