@@ -211,7 +211,7 @@ Handle Runtime::enqueue_slot(const std::string& name, FunctionRef<bool(TensorEnt
                      ages_flagged_.load(std::memory_order_relaxed);
   slot.submitted =
       stamp ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-  slot.handle = slot.handle ? slot.handle : new_handle_state();
+  if (!slot.handle) slot.handle = take_handle_state(&slot);
   Handle h(slot.handle);
   Request& r = slot.request;
   Status bad;
@@ -303,11 +303,25 @@ void Runtime::retire(TensorEntry* e) {
   if (!slot->active) return;
   slot->active = false;
   --active_;
-  if (slot->handle) slot->handle->in_use.store(false, std::memory_order_release);
+  if (slot->handle) {
+    slot->handle->in_use.store(false, std::memory_order_release);
+    // Kept for recycling, unless it could keep user memory alive (an output, device work).
+    if (!slot->handle->extra_if()) {
+      slot->spare[1] = std::move(slot->spare[0]);
+      slot->spare[0] = std::move(slot->handle);
+    }
+  }
   // Drop what could keep user memory alive (the handle's output, an allocator's captures);
   // the rest is overwritten by the next collective of this name.
   slot->handle.reset();
   slot->allocator = nullptr;
+}
+
+std::shared_ptr<HandleState> Runtime::take_handle_state(Slot* slot) {
+  for (auto& spare : slot->spare) {
+    if (HandleState::recycle(spare)) return std::move(spare);
+  }
+  return new_handle_state();
 }
 
 Runtime::Slot* Runtime::find_slot(const std::string& name) {

@@ -329,7 +329,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
     }
     for (TensorEntry* e : mine) {
       e->handle->in_use.store(false, std::memory_order_release);
-      finished.add(std::move(e->handle), s, s.ok() ? pending : nullptr);  // retire(): nothing left
+      finished.add(e->handle, s, s.ok() ? pending : nullptr);  // retire() keeps it as a spare
       retire(e);
     }
   }

@@ -123,3 +123,54 @@ TEST_CASE("a steady order of names is followed; new orders and swept slots are n
   for (int r = 0; r < c.size(); ++r) REQUIRE(c[r].stats().slot_sweep_visits > 0);
   for (int step = 0; step < 2; ++step) sum_batch(c, steady, 5);
 }
+
+TEST_CASE("a name's handle states are recycled only once nothing else refers to them",
+          "[local]") {
+  Cluster c(2);
+  c.start_all();
+  auto both = [&](const std::string& name, std::vector<int32_t> v0, std::vector<int32_t> v1) {
+    Tensor<int32_t> t0(std::move(v0)), t1(std::move(v1));
+    Handle h0 = submit(c[0], name, t0), h1 = submit(c[1], name, t1);
+    (void)await(h0, name);
+    (void)await(h1, name);
+    return std::make_pair(h0, t0.out);
+  };
+  auto a = both("r", {1, 2}, {10, 20});
+  REQUIRE(a.second == std::vector<int32_t>{11, 22});
+  core::HandleState* first = a.first.state();
+  // Held: the next collective of the name gets another state, and this one keeps its result.
+  auto b = both("r", {3, 4}, {30, 40});
+  REQUIRE(b.second == std::vector<int32_t>{33, 44});
+  REQUIRE(b.first.state() != first);
+  REQUIRE(a.first.poll());
+  REQUIRE(a.first.wait_status().ok());
+  // Let go: recycled, as good as new.
+  a.first = Handle();
+  auto d = both("r", {5, 6}, {50, 60});
+  REQUIRE(d.second == std::vector<int32_t>{55, 66});
+  if (core::kRecyclesHandleStates) REQUIRE(d.first.state() == first);
+  REQUIRE(d.first.wait_status().ok());
+  // A part of join_handles() (which refers to it weakly) is never recycled.
+  core::HandleState* joined = d.first.state();
+  Handle j = core::join_handles({d.first});
+  REQUIRE(j.wait_status().ok());
+  j = Handle();
+  d.first = Handle();
+  b.first = Handle();
+  auto e = both("r", {7, 8}, {70, 80});
+  REQUIRE(e.second == std::vector<int32_t>{77, 88});
+  REQUIRE(e.first.state() != joined);
+  // A failed collective's state comes back without its error.
+  auto bad = both("m", {1, 2}, {1, 2, 3});
+  REQUIRE_FALSE(bad.first.wait_status().ok());
+  core::HandleState* failed = bad.first.state();
+  bad.first = Handle();
+  auto m1 = both("m", {1, 2}, {3, 4});
+  auto m2 = both("m", {2, 2}, {3, 3});
+  if (core::kRecyclesHandleStates) {
+    REQUIRE((m1.first.state() == failed || m2.first.state() == failed));
+  }
+  REQUIRE(m1.first.wait_status().ok());
+  REQUIRE(m2.first.wait_status().ok());
+  REQUIRE(m2.second == std::vector<int32_t>{5, 5});
+}

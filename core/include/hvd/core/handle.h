@@ -52,6 +52,21 @@ class Completion {
 
 struct HandleState;
 
+/// Whether HandleState::recycle() can recycle in this build: not under ThreadSanitizer, which
+/// does not model the fence that orders it after the last user's accesses (it would report
+/// races that are none).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kRecyclesHandleStates = false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kRecyclesHandleStates = false;
+#else
+inline constexpr bool kRecyclesHandleStates = true;
+#endif
+#else
+inline constexpr bool kRecyclesHandleStates = true;
+#endif
+
 /// What few collectives use (device work, outputs sized by negotiation, joined parts): kept
 /// apart (HandleState::extra()), so that the state every collective writes and reads is three
 /// cache lines instead of seven.
@@ -126,6 +141,14 @@ struct HandleState {
   /// returns: never, if the call waits on the dead peer forever. Whoever frees the buffers
   /// must wait for it (or keep them: see keep_until_released()).
   bool released();
+
+  /// Set by join_handles() on its parts (it keeps weak references to them): never recycled.
+  std::atomic<bool> pinned{false};
+  /// Makes a completed state that nothing else refers to (`owner`'s use count is 1: no Handle,
+  /// no runtime reference) as good as new, for the next collective of its name (a runtime's
+  /// table slot keeps its last ones: see Runtime::Slot::spare). False, untouched, when it
+  /// cannot be: still shared, not completed, or pinned.
+  static bool recycle(const std::shared_ptr<HandleState>& owner);
 
   /// Completes once; later calls are ignored. Runs the callback (then()) on this thread.
   /// Lock contract: the runtime calls it (and complete_after) only after releasing its own

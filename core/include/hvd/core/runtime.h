@@ -234,7 +234,14 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
     // Its request passed enqueue_slot's checks last time: unchanged (request_unchanged), it
     // is not checked again.
     bool accepted = false;
+    // The handle states of its last two collectives (mu_): the next one recycles one that
+    // nothing else refers to any more (HandleState::recycle) instead of allocating. Two,
+    // because a caller often still holds the last handle of a name while it submits the next
+    // (`h[i] = allreduce_async(...)`).
+    std::shared_ptr<HandleState> spare[2];
   };
+  /// A handle state for the next collective of `slot` (mu_ held): a recycled spare, else new.
+  static std::shared_ptr<HandleState> take_handle_state(Slot* slot);
   using Table = std::unordered_map<std::string, Slot>;
   std::vector<TensorEntry*> queue_;  // mu_: newly enqueued entries (active slots)
   Table table_;                      // mu_: name -> slot (a slot's entry: see retire())
