@@ -307,8 +307,8 @@ void Runtime::retire(TensorEntry* e) {
     slot->handle->in_use.store(false, std::memory_order_release);
     // Kept for recycling, unless it could keep user memory alive (an output, device work).
     if (!slot->handle->extra_if()) {
-      slot->spare[1] = std::move(slot->spare[0]);
-      slot->spare[0] = std::move(slot->handle);
+      if (slot->spare[0]) slot->spare[1].swap(slot->spare[0]);  // the older one goes below
+      slot->spare[0].swap(slot->handle);
     }
   }
   // Drop what could keep user memory alive (the handle's output, an allocator's captures);
@@ -318,15 +318,19 @@ void Runtime::retire(TensorEntry* e) {
 }
 
 std::shared_ptr<HandleState> Runtime::take_handle_state(Slot* slot) {
-  for (auto& spare : slot->spare) {
-    if (HandleState::recycle(spare)) return std::move(spare);
+  // The older first: the caller may still hold the newer one (see Slot::spare).
+  for (int i = 1; i >= 0; --i) {
+    auto& spare = slot->spare[i];
+    if (spare.use_count() == 1 && HandleState::recycle(spare)) return std::move(spare);
   }
   return new_handle_state();
 }
 
 Runtime::Slot* Runtime::find_slot(const std::string& name) {
-  if (order_pos_ < order_.size() && *order_[order_pos_]->key == name) return order_[order_pos_];
-  if (!order_.empty() && *order_.front()->key == name) {  // the sequence starts again
+  if (order_pos_ < order_.size() && same_text(*order_[order_pos_]->key, name)) {
+    return order_[order_pos_];
+  }
+  if (!order_.empty() && same_text(*order_.front()->key, name)) {  // the sequence starts again
     order_pos_ = 0;
     return order_.front();
   }

@@ -419,7 +419,7 @@ bool refill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const Tenso
   static_assert(core::request_field_count() == 15,
                 "Request has a new field: compare it here (and set it in fill_allreduce)");
   const core::Request& q = e->request;
-  const bool same = q.op == OpType::kAllreduce && q.name == name && q.dtype == in.dtype &&
+  const bool same = q.op == OpType::kAllreduce && same_text(q.name, name) && q.dtype == in.dtype &&
                     q.shape == in.shape && q.reduce_op == op && q.root == 0 && q.prescale == pre &&
                     q.postscale == post && q.device == in.device &&
                     q.process_set == rt.process_set_id() && q.rank == rt.rank() &&
@@ -434,7 +434,14 @@ bool refill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const Tenso
   e->input.data = in.data;
   e->input.stream = in.stream;
   e->input.ready_event = in.ready_event;
-  core::assign_view(&e->output, out);
+  if (&out == &in && e->output.dtype == in.dtype && e->output.device == in.device &&
+      e->output.shape == e->input.shape) {  // in place, as last time: the buffer alone
+    e->output.data = in.data;
+    e->output.stream = in.stream;
+    e->output.ready_event = in.ready_event;
+  } else {
+    core::assign_view(&e->output, out);
+  }
   return true;
 }
 

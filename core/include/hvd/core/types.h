@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -193,6 +194,26 @@ class Shape {
 
 /// The number of elements of a tensor of dimensions [first, last) (1 for none). Inline: asked
 /// per tensor, across libraries.
+/// `a == b` for the short strings that tensor names are: eight bytes at a time inline, where
+/// std::string's == calls memcmp (which costs more than comparing a name of a few words).
+inline bool same_text(const std::string& a, const std::string& b) {
+  const size_t n = a.size();
+  if (n != b.size()) return false;
+  const char* p = a.data();
+  const char* q = b.data();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x, y;
+    std::memcpy(&x, p + i, 8);
+    std::memcpy(&y, q + i, 8);
+    if (x != y) return false;
+  }
+  for (; i < n; ++i) {
+    if (p[i] != q[i]) return false;
+  }
+  return true;
+}
+
 inline int64_t dims_numel(const int64_t* first, const int64_t* last) {
   int64_t n = 1;
   for (; first != last; ++first) n *= *first;
