@@ -34,10 +34,7 @@ class Finished {
       const Outcome& o = outcomes_[i.outcome];
       // HandleState::settle's common case, inline: OK, no device work, nobody waiting or
       // called back: the state alone changes, and there is nothing to wake.
-      uint32_t idle = 0;
-      if (o.quiet && i.handle->state.compare_exchange_strong(
-                         idle, HandleState::kDone | HandleState::kClaimed,
-                         std::memory_order_release, std::memory_order_relaxed)) {
+      if (o.quiet && i.handle->complete_quietly()) {
         i.handle.reset();
         continue;
       }

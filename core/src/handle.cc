@@ -275,12 +275,7 @@ bool HandleState::settle(const Status& s, const std::shared_ptr<Completion>& pen
   // The common case: OK, nothing left on a device, no watcher: `status` (OK since
   // construction) and `device` stay as they are, so only the state changes. A watcher counts
   // itself before it checks kDone, so that it either made this fail or sees kDone.
-  uint32_t idle = 0;
-  if (s.ok() && !pending &&
-      state.compare_exchange_strong(idle, kDone | kClaimed, std::memory_order_release,
-                                    std::memory_order_relaxed)) {
-    return true;
-  }
+  if (s.ok() && !pending && complete_quietly()) return true;
   std::lock_guard<std::mutex> lk(mu);
   // Under mu, kClaimed is seen only together with kDone (both are set under mu here, or at
   // once above): claimed = completed before.
@@ -374,7 +369,7 @@ Status Handle::wait_status() const {
   return settled();
 }
 
-void Handle::wait() const {
+void Handle::wait_slow() const {
   if (!s_) throw Error(precondition("wait() on an empty hvd::Handle"));
   const Status& s = settled();  // the handle's own: no copy when it is OK
   if (!s.ok()) throw Error(s);

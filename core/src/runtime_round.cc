@@ -317,7 +317,7 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
   if (pending) {
     for (TensorEntry* e : mine) e->handle->hold_device(pending);
   }
-  Finished finished(mine.size());
+  Finished finished;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (pending) {
@@ -327,9 +327,14 @@ void Runtime::run(const Response& r, const std::vector<TensorEntry*>& entries,
           outstanding_.end());
       outstanding_.push_back(pending);
     }
+    const bool quiet = s.ok() && !pending;
     for (TensorEntry* e : mine) {
       e->handle->in_use.store(false, std::memory_order_release);
-      finished.add(e->handle, s, s.ok() ? pending : nullptr);  // retire() keeps it as a spare
+      // Completed here when nobody waits for it and no callback is set (nothing to wake or
+      // run under mu_); else after releasing mu_. retire() keeps it as a spare.
+      if (!quiet || !e->handle->complete_quietly()) {
+        finished.add(e->handle, s, s.ok() ? pending : nullptr);
+      }
       retire(e);
     }
   }

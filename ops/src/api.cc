@@ -41,11 +41,7 @@ struct Global {
   // runtime: it gets a shared reference or the documented error).
   std::mutex ptr_mu;
   std::shared_ptr<core::Runtime> runtime;
-  // runtime.get() while published, for calls counted in `calls` (detail::RuntimeRef): a call
-  // counts itself, then reads `live`; shutdown clears `live`, then waits for `calls` to drain
-  // before it lets the runtime go (both sequentially consistent: one of them sees the other).
-  std::atomic<core::Runtime*> live{nullptr};
-  std::atomic<int64_t> calls{0};
+  // Counted calls hold the runtime through detail::g_counted (runtime.get() while published).
   Topology topo;
   std::shared_ptr<ops::PeerMonitor> monitor;  // shared with the transports' abort checks
   bool ever_initialized = false;
@@ -87,12 +83,11 @@ namespace detail {
 
 std::shared_ptr<core::Runtime> runtime(const char* fn) { return published(fn); }
 
-void end_counted_call() { g().calls.fetch_sub(1, std::memory_order_release); }
+CountedRuntime g_counted;
 
-RuntimeRef set_runtime(const char* fn, const std::string& name, const ProcessSet& ps) {
-  Global& s = g();
-  s.calls.fetch_add(1, std::memory_order_seq_cst);
-  core::Runtime* live = s.live.load(std::memory_order_seq_cst);
+RuntimeRef set_runtime_slow(const char* fn, const std::string& name, const ProcessSet& ps) {
+  g_counted.calls.fetch_add(1, std::memory_order_seq_cst);
+  core::Runtime* live = g_counted.live.load(std::memory_order_seq_cst);
   if (!live) end_counted_call();  // none published: runtime() throws, or (racing init) shares
   RuntimeRef rt = live ? RuntimeRef::counted(live) : RuntimeRef(runtime(fn));
   auto op = [fn] {
@@ -142,8 +137,8 @@ void shutdown_locked(Global& s) {
   }
   // Counted calls still inside use the runtime `rt` keeps; they are short (the runtime refuses
   // new work now, and what they wait for fails).
-  s.live.store(nullptr, std::memory_order_seq_cst);
-  while (s.calls.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  detail::g_counted.live.store(nullptr, std::memory_order_seq_cst);
+  while (detail::g_counted.calls.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   bool healthy = !s.monitor || s.monitor->failure().ok();
   if (!healthy) s.peer_died = true;
   if (s.monitor) s.monitor->stop();
@@ -246,7 +241,7 @@ Status init_locked(Global& s) {
   s.counters.clear();
   rt->start();
   std::lock_guard<std::mutex> lk(s.ptr_mu);
-  s.live.store(rt.get(), std::memory_order_seq_cst);
+  detail::g_counted.live.store(rt.get(), std::memory_order_seq_cst);
   s.runtime = std::move(rt);
   s.topo = t;
   s.ever_initialized = true;

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,9 +22,22 @@ std::shared_ptr<core::Runtime> runtime(const char* fn);
 /// The runtime of `ps` on this rank; throws naming the op and tensor when `name` lies in hvd's
 /// own name space (core::check_user_name), the set does not exist or this rank is not a member.
 class RuntimeRef;
-RuntimeRef set_runtime(const char* fn, const std::string& name, const ProcessSet& ps);
+inline RuntimeRef set_runtime(const char* fn, const std::string& name, const ProcessSet& ps);
+/// set_runtime() beyond its inline common case (the global set, the runtime published).
+RuntimeRef set_runtime_slow(const char* fn, const std::string& name, const ProcessSet& ps);
+
+/// The global runtime as counted calls hold it (RuntimeRef::counted): `live` is its address
+/// while it is published. A call counts itself in `calls`, then reads `live`; shutdown clears
+/// `live`, then waits for `calls` to drain before it lets the runtime go (both sequentially
+/// consistent: one of them sees the other). Constant-initialized: usable before any static
+/// constructor ran.
+struct CountedRuntime {
+  std::atomic<core::Runtime*> live{nullptr};
+  std::atomic<int64_t> calls{0};
+};
+extern CountedRuntime g_counted;
 /// Ends a call counted by a RuntimeRef of the global runtime.
-void end_counted_call();
+inline void end_counted_call() { g_counted.calls.fetch_sub(1, std::memory_order_release); }
 
 /// A runtime held for one API call. The global runtime is held by counting the calls in flight
 /// (shutdown() waits for them before it lets the runtime go): no reference count touched per
@@ -57,6 +71,18 @@ class RuntimeRef {
   core::Runtime* rt_ = nullptr;
   bool counted_ = false;
 };
+inline RuntimeRef set_runtime(const char* fn, const std::string& name, const ProcessSet& ps) {
+  // The common case, inline: the global set (id 0), a user's name, the runtime published.
+  if (ps.id() == 0 && (name.empty() || name[0] != core::kReservedNamePrefix)) {
+    g_counted.calls.fetch_add(1, std::memory_order_seq_cst);
+    if (core::Runtime* live = g_counted.live.load(std::memory_order_seq_cst)) {
+      return RuntimeRef::counted(live);
+    }
+    end_counted_call();
+  }
+  return set_runtime_slow(fn, name, ps);
+}
+
 /// `name`, or the next deterministic automatic name for (process set, op): "@<op>.noname.<n>".
 std::string auto_name(core::OpType op, const std::string& name, int32_t process_set);
 /// After join(): every rank of `rt`'s set adopts the highest automatic-name count of each op

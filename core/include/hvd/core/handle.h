@@ -150,6 +150,14 @@ struct HandleState {
   /// cannot be: still shared, not completed, or pinned.
   static bool recycle(const std::shared_ptr<HandleState>& owner);
 
+  /// complete(OK) in its common case, without the lock: true when nobody waits, no callback
+  /// is set and it was not complete: it is now (done). False: nothing changed.
+  bool complete_quietly() {
+    uint32_t idle = 0;
+    return state.compare_exchange_strong(idle, kDone | kClaimed, std::memory_order_release,
+                                         std::memory_order_relaxed);
+  }
+
   /// Completes once; later calls are ignored. Runs the callback (then()) on this thread.
   /// Lock contract: the runtime calls it (and complete_after) only after releasing its own
   /// lock, so a callback may submit collectives (it must not wait for one: it runs on the
@@ -173,6 +181,11 @@ struct HandleState {
   /// The final status: `status`, else the device work's (call once done and device_settled()).
   const Status& final_status() const {
     return status.ok() && extra_ ? extra_->device_status : status;
+  }
+  /// Never blocks: true once it completed successfully, device work included (Handle::wait's
+  /// common case, inline).
+  bool succeeded() const {
+    return done() && device_done.load(std::memory_order_acquire) && final_status().ok();
   }
 };
 
@@ -204,7 +217,10 @@ class Handle {
   /// Blocks until finished and returns the status (does not throw).
   Status wait_status() const;
   /// Blocks until finished; throws hvd::Error if it failed.
-  void wait() const;
+  void wait() const {
+    if (s_ && s_->succeeded()) return;  // the common case, without a call
+    wait_slow();
+  }
   /// Output of a collective whose size negotiation decided (allgather, alltoall).
   const TensorView& output() const;
   const std::vector<int64_t>& received_splits() const;
@@ -220,6 +236,7 @@ class Handle {
 
  private:
   const Status& settled() const;  // waits (s_ set); the final status, in the state
+  void wait_slow() const;
   std::shared_ptr<core::HandleState> s_;
 };
 
