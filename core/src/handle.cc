@@ -330,8 +330,8 @@ bool HandleState::recycle(const std::shared_ptr<HandleState>& owner) {
   if (!h->status.ok()) h->status = Status();
   h->result = -1;
   h->notify_ = false;
-  h->callback_ = nullptr;  // handed out at completion already
-  h->extra_.reset();
+  if (h->callback_) h->callback_ = nullptr;  // handed out at completion already
+  if (h->extra_) h->extra_.reset();
   return true;
 }
 

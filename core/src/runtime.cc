@@ -326,10 +326,7 @@ std::shared_ptr<HandleState> Runtime::take_handle_state(Slot* slot) {
   return new_handle_state();
 }
 
-Runtime::Slot* Runtime::find_slot(const std::string& name) {
-  if (order_pos_ < order_.size() && same_text(*order_[order_pos_]->key, name)) {
-    return order_[order_pos_];
-  }
+Runtime::Slot* Runtime::find_slot_slow(const std::string& name) {
   if (!order_.empty() && same_text(*order_.front()->key, name)) {  // the sequence starts again
     order_pos_ = 0;
     return order_.front();
@@ -338,11 +335,7 @@ Runtime::Slot* Runtime::find_slot(const std::string& name) {
   return it == table_.end() ? nullptr : &it->second;
 }
 
-void Runtime::note_order(Slot* slot) {
-  if (order_pos_ < order_.size() && order_[order_pos_] == slot) {
-    ++order_pos_;
-    return;
-  }
+void Runtime::note_new_order(Slot* slot) {
   order_.resize(order_pos_);  // another order from here on: learn it
   if (order_.size() < kMaxTable) order_.push_back(slot);
   order_pos_ = order_.size();

@@ -254,8 +254,21 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   size_t order_pos_ = 0;
   /// The slot of `name` (mu_ held): the one order_ predicts when the name matches, else the
   /// table's (null: none). note_order() records the slot taken.
-  Slot* find_slot(const std::string& name);
-  void note_order(Slot* slot);
+  Slot* find_slot(const std::string& name) {
+    if (order_pos_ < order_.size() && same_text(*order_[order_pos_]->key, name)) {
+      return order_[order_pos_];  // the common case, inline: the predicted name
+    }
+    return find_slot_slow(name);
+  }
+  Slot* find_slot_slow(const std::string& name);
+  void note_order(Slot* slot) {
+    if (order_pos_ < order_.size() && order_[order_pos_] == slot) {
+      ++order_pos_;  // as predicted
+      return;
+    }
+    note_new_order(slot);
+  }
+  void note_new_order(Slot* slot);
   // mu_: device work handed to handles (pruned as it finishes): an abort fails what is left.
   std::vector<std::weak_ptr<Completion>> outstanding_;
   static constexpr size_t kMaxTable = 8192;     // idle slots kept (at least; see drop_idle_slots)
