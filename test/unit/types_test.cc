@@ -70,3 +70,21 @@ TEST_CASE("a shape keeps small ranks in place and behaves as a vector of any ran
   CHECK(t.bytes() == 2880);
   CHECK(TensorView(nullptr, DataType::kInt8, {}).numel() == 1);
 }
+
+TEST_CASE("same_text compares names of every length, a difference at any position", "[unit]") {
+  for (size_t n = 0; n <= 40; ++n) {
+    std::string a;
+    for (size_t i = 0; i < n; ++i) a.push_back(static_cast<char>('a' + i % 26));
+    const std::string same = a;
+    REQUIRE(same_text(a, same));
+    for (size_t i = 0; i < n; ++i) {
+      std::string b = a;
+      b[i] = '#';
+      INFO("length " << n << ", difference at " << i);
+      REQUIRE_FALSE(same_text(a, b));
+      REQUIRE_FALSE(same_text(b, a));
+    }
+    REQUIRE_FALSE(same_text(a, a + "x"));
+    REQUIRE_FALSE(same_text(a + "x", a));
+  }
+}

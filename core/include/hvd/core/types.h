@@ -201,17 +201,21 @@ inline bool same_text(const std::string& a, const std::string& b) {
   if (n != b.size()) return false;
   const char* p = a.data();
   const char* q = b.data();
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t x, y;
+  if (n < 8) {
+    for (size_t i = 0; i < n; ++i) {
+      if (p[i] != q[i]) return false;
+    }
+    return true;
+  }
+  uint64_t x, y;
+  for (size_t i = 0; i + 8 < n; i += 8) {
     std::memcpy(&x, p + i, 8);
     std::memcpy(&y, q + i, 8);
     if (x != y) return false;
   }
-  for (; i < n; ++i) {
-    if (p[i] != q[i]) return false;
-  }
-  return true;
+  std::memcpy(&x, p + n - 8, 8);  // the last eight (overlapping the words before)
+  std::memcpy(&y, q + n - 8, 8);
+  return x == y;
 }
 
 inline int64_t dims_numel(const int64_t* first, const int64_t* last) {
