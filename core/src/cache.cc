@@ -81,11 +81,6 @@ uint32_t ResponseCache::least_recent() const {
   return best;
 }
 
-void ResponseCache::touch(uint32_t bit) {
-  Hot& h = hot_.at(bit);
-  if (h.used()) h.last_used = ++clock_;
-}
-
 void ResponseCache::erase(uint32_t bit) {
   Entry& e = entries_.at(bit);
   if (!hot_[bit].used()) return;
@@ -99,8 +94,6 @@ void ResponseCache::erase(uint32_t bit) {
   auto pos = std::lower_bound(free_bits_.begin(), free_bits_.end(), bit, std::greater<>());
   free_bits_.insert(pos, bit);
 }
-
-bool ResponseCache::contains(uint32_t bit) const { return bit < hot_.size() && hot_[bit].used(); }
 
 const Request& ResponseCache::at(uint32_t bit) const {
   if (!contains(bit)) throw std::out_of_range("hvd: response cache bit not in use");

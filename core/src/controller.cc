@@ -51,26 +51,12 @@ Controller::Controller(Transport* transport, int64_t cache_capacity, StallClock 
       pending_(static_cast<size_t>(std::max<int64_t>(cache_capacity, 0)), nullptr),
       pending_words_(cache_.num_words(), 0) {}
 
-void Controller::set_pending(uint32_t bit, TensorEntry* e) {
-  if (!pending_[bit]) ++num_pending_;
-  pending_[bit] = e;
-  pending_words_[bit / 64] |= 1ULL << (bit % 64);
-  if (!pending_since_.empty()) {
-    if (!stamp_fresh_) {
-      stamp_ = now();
-      stamp_fresh_ = true;
-    }
-    pending_since_[bit] = stamp_;
+void Controller::stamp_pending(uint32_t bit) {
+  if (!stamp_fresh_) {
+    stamp_ = now();
+    stamp_fresh_ = true;
   }
-}
-
-TensorEntry* Controller::take_pending(uint32_t bit) {
-  TensorEntry* r = pending_[bit];
-  if (!r) return nullptr;
-  pending_[bit] = nullptr;
-  pending_words_[bit / 64] &= ~(1ULL << (bit % 64));
-  --num_pending_;
-  return r;
+  pending_since_[bit] = stamp_;
 }
 
 void Controller::fail(const Status& s) {

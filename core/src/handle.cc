@@ -313,26 +313,10 @@ bool HandleState::device_settled() {
   return true;
 }
 
-bool HandleState::recycle(const std::shared_ptr<HandleState>& owner) {
-  HandleState* h = owner.get();
-  // use_count() is a relaxed read: the fence orders it before the writes below, after every
-  // access of the threads whose references are gone (each dropped its own with acq_rel).
-  if (!kRecyclesHandleStates || !h || owner.use_count() != 1) return false;
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (!(h->state.load(std::memory_order_relaxed) & kDone) ||
-      h->pinned.load(std::memory_order_relaxed)) {
-    return false;
-  }
-  h->state.store(0, std::memory_order_relaxed);
-  h->refused.store(false, std::memory_order_relaxed);
-  h->in_use.store(false, std::memory_order_relaxed);
-  h->device_done.store(true, std::memory_order_relaxed);
-  if (!h->status.ok()) h->status = Status();
-  h->result = -1;
-  h->notify_ = false;
-  if (h->callback_) h->callback_ = nullptr;  // handed out at completion already
-  if (h->extra_) h->extra_.reset();
-  return true;
+void HandleState::clear_rest() {
+  status = Status();
+  callback_ = nullptr;  // handed out at completion already
+  extra_.reset();
 }
 
 void HandleState::complete(const Status& s) { complete_after(s, nullptr); }

@@ -313,8 +313,8 @@ void Runtime::retire(TensorEntry* e) {
   }
   // Drop what could keep user memory alive (the handle's output, an allocator's captures);
   // the rest is overwritten by the next collective of this name.
-  slot->handle.reset();
-  slot->allocator = nullptr;
+  if (slot->handle) slot->handle.reset();
+  if (slot->allocator) slot->allocator = nullptr;
 }
 
 std::shared_ptr<HandleState> Runtime::take_handle_state(Slot* slot) {

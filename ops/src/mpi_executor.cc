@@ -145,8 +145,10 @@ Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>
     return Status::OK();
   }
   size_t total = 0, large = 0;
+  sizes_.clear();
   for (auto* e : entries) {
     const size_t b = e->input.bytes();
+    sizes_.push_back(b);
     total += b;
     if (b >= kRingDirectBytes) large += b;
   }
@@ -159,8 +161,6 @@ Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>
   // Fused: the tensors are laid end to end in a virtual buffer that is reduced in slices of
   // kFusedSlice bytes, each copied in, reduced and copied out while it is still in cache (one
   // big copy in, reduce and copy out costs more in memory traffic than the reduction itself).
-  sizes_.clear();
-  for (auto* e : entries) sizes_.push_back(e->input.bytes());
   const size_t slice = std::min(total, kFusedSlice - kFusedSlice % esize);
   uint8_t* buf = fusion_buffer(slice);
   const bool prescale = r.prescale != 1.0;

@@ -37,9 +37,12 @@ class ResponseCache {
   /// so the cached response is still the one the coordinator would build.
   std::optional<uint32_t> put(const Request& params, const Response& response = Response{});
   /// Marks an entry as just used (LRU order).
-  void touch(uint32_t bit);
+  void touch(uint32_t bit) {
+    Hot& h = hot_.at(bit);
+    if (h.used()) h.last_used = ++clock_;
+  }
   void erase(uint32_t bit);
-  bool contains(uint32_t bit) const;
+  bool contains(uint32_t bit) const { return bit < hot_.size() && hot_[bit].used(); }
   /// The parameters cached under `bit`.
   const Request& at(uint32_t bit) const;
   /// The response cached with the parameters under `bit`.

@@ -170,8 +170,21 @@ class Controller {
   void drop_partial_groups();
   /// Of `ready` (bits ready everywhere), keeps pending the members of groups not wholly ready.
   void hold_incomplete_groups(std::vector<uint32_t>* ready);
-  void set_pending(uint32_t bit, TensorEntry* e);
-  TensorEntry* take_pending(uint32_t bit);
+  void set_pending(uint32_t bit, TensorEntry* e) {
+    if (!pending_[bit]) ++num_pending_;
+    pending_[bit] = e;
+    pending_words_[bit / 64] |= 1ULL << (bit % 64);
+    if (!pending_since_.empty()) stamp_pending(bit);
+  }
+  void stamp_pending(uint32_t bit);  // the stall check's submission time of `bit`
+  TensorEntry* take_pending(uint32_t bit) {
+    TensorEntry* r = pending_[bit];
+    if (!r) return nullptr;
+    pending_[bit] = nullptr;
+    pending_words_[bit / 64] &= ~(1ULL << (bit % 64));
+    --num_pending_;
+    return r;
+  }
   /// Marks cached requests pending for the stall threshold invalid (re-sent through rank 0).
   void demote_stale_cached();
   /// After a round whose flags asked for it: every rank's pending names to rank 0.

@@ -116,6 +116,7 @@ struct HandleState {
 
  private:
   bool notify_ = false;  // settle() found a watcher (mu); read by wake() on the same thread
+  void clear_rest();     // recycle(): an error status, a callback, the extra part
   std::function<void(const Status&)> callback_;  // guarded by mu; see then()
   std::unique_ptr<HandleExtra> extra_;
 
@@ -148,7 +149,25 @@ struct HandleState {
   /// no runtime reference) as good as new, for the next collective of its name (a runtime's
   /// table slot keeps its last ones: see Runtime::Slot::spare). False, untouched, when it
   /// cannot be: still shared, not completed, or pinned.
-  static bool recycle(const std::shared_ptr<HandleState>& owner);
+  static bool recycle(const std::shared_ptr<HandleState>& owner) {
+    HandleState* h = owner.get();
+    // use_count() is a relaxed read: the fence orders it before the writes below, after every
+    // access of the threads whose references are gone (each dropped its own with acq_rel).
+    if (!kRecyclesHandleStates || !h || owner.use_count() != 1) return false;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (!(h->state.load(std::memory_order_relaxed) & kDone) ||
+        h->pinned.load(std::memory_order_relaxed)) {
+      return false;
+    }
+    h->state.store(0, std::memory_order_relaxed);
+    h->refused.store(false, std::memory_order_relaxed);
+    h->in_use.store(false, std::memory_order_relaxed);
+    h->device_done.store(true, std::memory_order_relaxed);
+    h->result = -1;
+    h->notify_ = false;
+    if (!h->status.ok() || h->callback_ || h->extra_) h->clear_rest();
+    return true;
+  }
 
   /// complete(OK) in its common case, without the lock: true when nobody waits, no callback
   /// is set and it was not complete: it is now (done). False: nothing changed.
