@@ -51,12 +51,9 @@ Controller::Controller(Transport* transport, int64_t cache_capacity, StallClock 
       pending_(static_cast<size_t>(std::max<int64_t>(cache_capacity, 0)), nullptr),
       pending_words_(cache_.num_words(), 0) {}
 
-void Controller::stamp_pending(uint32_t bit) {
-  if (!stamp_fresh_) {
-    stamp_ = now();
-    stamp_fresh_ = true;
-  }
-  pending_since_[bit] = stamp_;
+void Controller::stamp_round() {
+  stamp_ = now();
+  stamp_fresh_ = true;
 }
 
 void Controller::fail(const Status& s) {

@@ -174,9 +174,12 @@ class Controller {
     if (!pending_[bit]) ++num_pending_;
     pending_[bit] = e;
     pending_words_[bit / 64] |= 1ULL << (bit % 64);
-    if (!pending_since_.empty()) stamp_pending(bit);
+    if (!pending_since_.empty()) {  // the stall check's: when `bit` was submitted
+      if (!stamp_fresh_) stamp_round();
+      pending_since_[bit] = stamp_;
+    }
   }
-  void stamp_pending(uint32_t bit);  // the stall check's submission time of `bit`
+  void stamp_round();  // stamp_ = now(), for the submissions of this round
   TensorEntry* take_pending(uint32_t bit) {
     TensorEntry* r = pending_[bit];
     if (!r) return nullptr;
