@@ -331,13 +331,21 @@ Runtime::Slot* Runtime::find_slot_slow(const std::string& name) {
     order_pos_ = 0;
     return order_.front();
   }
+  stats_.slot_lookups.fetch_add(1, std::memory_order_relaxed);
   auto it = table_.find(name);
   return it == table_.end() ? nullptr : &it->second;
 }
 
 void Runtime::note_new_order(Slot* slot) {
+  if (slot->order_index < order_.size() && order_[slot->order_index] == slot) {
+    order_pos_ = slot->order_index + 1;  // a known place: the sequence restarted or skipped
+    return;
+  }
   order_.resize(order_pos_);  // another order from here on: learn it
-  if (order_.size() < kMaxTable) order_.push_back(slot);
+  if (order_.size() < kMaxTable) {
+    slot->order_index = order_.size();
+    order_.push_back(slot);
+  }
   order_pos_ = order_.size();
 }
 

@@ -174,3 +174,27 @@ TEST_CASE("a name's handle states are recycled only once nothing else refers to 
   REQUIRE(m2.first.wait_status().ok());
   REQUIRE(m2.second == std::vector<int32_t>{5, 5});
 }
+
+TEST_CASE("a step's names are predicted from the last step even after one-off names",
+          "[local]") {
+  // A name submitted once before the loop (as hvd.init's own collectives) must not make every
+  // later step look its names up by hashing: the predicted order re-synchronises where a
+  // known name comes again.
+  Cluster c(2);
+  c.start_all();
+  sum_batch(c, {"once"}, 2);
+  std::vector<std::string> steady = numbered("p.", 0, 50);
+  sum_batch(c, steady, 3);
+  sum_batch(c, steady, 3);
+  std::vector<uint64_t> before;
+  for (int r = 0; r < c.size(); ++r) before.push_back(c[r].stats().slot_lookups);
+  constexpr int kSteps = 5;
+  for (int step = 0; step < kSteps; ++step) sum_batch(c, steady, 3);
+  for (int r = 0; r < c.size(); ++r) {
+    const uint64_t hashed = c[r].stats().slot_lookups - before[static_cast<size_t>(r)];
+    INFO("rank " << r << ": " << hashed << " lookups by hashing in " << kSteps << " steps");
+    REQUIRE(hashed <= static_cast<uint64_t>(kSteps));
+  }
+  sum_batch(c, {"once"}, 2);  // the one-off name again, then the steps: still correct
+  sum_batch(c, steady, 4);
+}

@@ -149,6 +149,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
     /// Table slots visited by drop_idle_slots(): stays within a small multiple of the names
     /// ever submitted (a sweep per insertion would make enqueue linear in the names in flight).
     std::atomic<uint64_t> slot_sweep_visits{0};
+    /// Names whose slot was looked up by hashing: the order of the last submissions did not
+    /// predict them (a steady training loop: at most one per step, where its sequence starts).
+    std::atomic<uint64_t> slot_lookups{0};
     /// Ready ages noted for late-rank queries: only while rank 0 records late ranks (its
     /// timeline on); zero otherwise, so a collective pays nothing for the timeline.
     std::atomic<uint64_t> ages_noted{0};
@@ -234,6 +237,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
     // Its request passed enqueue_slot's checks last time: unchanged (request_unchanged), it
     // is not checked again.
     bool accepted = false;
+    // Its place in order_ when it was learned there (order_[order_index] == this: still valid).
+    size_t order_index = SIZE_MAX;
     // The handle states of its last two collectives (mu_): the next one recycles one that
     // nothing else refers to any more (HandleState::recycle) instead of allocating. Two,
     // because a caller often still holds the last handle of a name while it submits the next
