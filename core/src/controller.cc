@@ -60,16 +60,10 @@ void Controller::fail(const Status& s) {
   if (local_error_.empty()) local_error_ = "rank " + std::to_string(rank()) + ": " + s.message();
 }
 
-void Controller::submit(TensorEntry* e) {
+void Controller::submit_lookup(TensorEntry* e) {
   const Request& r = e->request;
   if (r.op == OpType::kJoin) joined_ = true;
   if (cache_enabled_ && cacheable(r)) {
-    // The request that hit this entry last time, unchanged, and the entry unchanged: a hit.
-    if (e->request_unchanged && e->cache_stamp != 0 &&
-        cache_.stamp(e->cache_hint) == e->cache_stamp) {
-      set_pending(static_cast<uint32_t>(e->cache_hint), e);
-      return;
-    }
     uint32_t bit = 0;
     const ResponseCache::Lookup found = cache_.lookup(r, e->cache_hint, &bit);
     if (found != ResponseCache::Lookup::kMiss) e->cache_hint = bit;
@@ -156,19 +150,8 @@ void Controller::decode_round(const std::vector<uint64_t>& words, size_t nw,
   }
   if (erased && cache_.grouped() > 0) drop_partial_groups();
   // Ready everywhere through the cache.
-  ready_bits_.clear();
-  for (size_t w = 0; w < nw; ++w) {
-    uint64_t ready = words[1 + w] & words[1 + nw + w];
-    while (ready) {
-      const auto b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(ready));
-      ready &= ready - 1;
-      if (cache_.contains(b)) ready_bits_.push_back(b);  // not a group member dropped above
-    }
-  }
-  if (cache_.grouped() > 0) hold_incomplete_groups(&ready_bits_);
-  out->cached.reserve(out->cached.size() + ready_bits_.size());
   cached_bits_.clear();
-  for (uint32_t b : ready_bits_) {
+  auto take = [&](uint32_t b) {
     TensorEntry* e = take_pending(b);
     const OpType op = cache_.op_at(b);
     if (e && (op == OpType::kAllreduce || op == OpType::kBroadcast)) {
@@ -178,6 +161,26 @@ void Controller::decode_round(const std::vector<uint64_t>& words, size_t nw,
       out->responses.push_back(cached_response(cache_, b));
     }
     cache_.touch(b);
+  };
+  const bool groups = cache_.grouped() > 0;  // ready bits are held back per group first
+  out->cached.reserve(out->cached.size() + num_pending_);
+  ready_bits_.clear();
+  for (size_t w = 0; w < nw; ++w) {
+    uint64_t ready = words[1 + w] & words[1 + nw + w];
+    while (ready) {
+      const auto b = static_cast<uint32_t>(w * 64 + __builtin_ctzll(ready));
+      ready &= ready - 1;
+      if (!cache_.contains(b)) continue;  // a group member dropped above
+      if (groups) {
+        ready_bits_.push_back(b);
+      } else {
+        take(b);
+      }
+    }
+  }
+  if (groups) {
+    hold_incomplete_groups(&ready_bits_);
+    for (uint32_t b : ready_bits_) take(b);
   }
 
   // The same bits as last round, the cache unchanged: the same signature (the runtime then

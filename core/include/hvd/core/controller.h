@@ -91,7 +91,18 @@ class Controller {
   /// Adds an entry of this rank (validated locally already). The controller keeps the pointer:
   /// `*e` must stay valid and its request unchanged until run_round() returned it or its
   /// response (or the controller is destroyed), so the runtime's table entry is the only copy.
-  void submit(TensorEntry* e);
+  void submit(TensorEntry* e) {
+    // The request that hit this entry last time, unchanged, and the entry unchanged: a hit
+    // (cache_stamp is set only by a hit of a cacheable request; stamp() is 0 without a cache).
+    if (e->request_unchanged && e->cache_stamp != 0 &&
+        cache_.stamp(e->cache_hint) == e->cache_stamp) {
+      set_pending(static_cast<uint32_t>(e->cache_hint), e);
+      return;
+    }
+    submit_lookup(e);
+  }
+  /// submit() beyond a hit of the same request: the cache is searched.
+  void submit_lookup(TensorEntry* e);
   /// True while this rank has requests not yet answered (a joined rank always has: its join),
   /// or a failure to report.
   bool has_pending() const {
