@@ -408,6 +408,18 @@ void fill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const TensorV
   e->output = out;
 }
 
+namespace {
+// refill_allreduce() of a changed request, apart: the common path then calls nothing.
+__attribute__((noinline)) bool refill_changed(core::TensorEntry* e, const core::Runtime& rt,
+                                              const TensorView& in, const TensorView& out,
+                                              const std::string& name, ReduceOp op, double pre,
+                                              double post) {
+  core::reset_for_reuse(e);
+  fill_allreduce(e, rt, in, out, name, op, pre, post);
+  return false;
+}
+}  // namespace
+
 bool refill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const TensorView& in,
                       const TensorView& out, const std::string& name, ReduceOp op, double pre,
                       double post) {
@@ -419,11 +431,7 @@ bool refill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const Tenso
                     q.postscale == post && q.device == in.device &&
                     q.process_set == rt.process_set_id() && q.rank == rt.rank() &&
                     q.group.empty() && q.group_size == 0 && q.splits.empty() && q.refused.empty();
-  if (!same) {
-    core::reset_for_reuse(e);
-    fill_allreduce(e, rt, in, out, name, op, pre, post);
-    return false;
-  }
+  if (!same) return refill_changed(e, rt, in, out, name, op, pre, post);
   // The input was set with the request: its dtype, shape and device are the ones just
   // compared, so only the buffer changes. The output may have had another shape.
   e->input.data = in.data;
