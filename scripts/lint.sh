@@ -15,6 +15,10 @@ clang-format --dry-run -Werror "${files[@]}"
 if [[ -f "$BUILD/compile_commands.json" ]]; then
   mapfile -t srcs < <(printf '%s\n' "${files[@]}" | grep -E '^(core|ops|runner)/src/.*\.cc$')
   echo "lint: clang-tidy on ${#srcs[@]} library sources"
-  printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -n 4 clang-tidy -p "$BUILD" --quiet 2>/dev/null
+  # GCC's -mtls-dialect=gnu2 (core/CMakeLists.txt) is unknown to this clang: dropped for tidy.
+  db=$(mktemp -d)
+  trap 'rm -rf "$db"' EXIT
+  sed 's/ -mtls-dialect=gnu2//g' "$BUILD/compile_commands.json" > "$db/compile_commands.json"
+  printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -n 4 clang-tidy -p "$db" --quiet 2>/dev/null
 fi
 echo "lint: clean"

@@ -124,8 +124,7 @@ TEST_CASE("a steady order of names is followed; new orders and swept slots are n
   for (int step = 0; step < 2; ++step) sum_batch(c, steady, 5);
 }
 
-TEST_CASE("a name's handle states are recycled only once nothing else refers to them",
-          "[local]") {
+TEST_CASE("a name's handle states are recycled only once nothing else refers to them", "[local]") {
   Cluster c(2);
   c.start_all();
   auto both = [&](const std::string& name, std::vector<int32_t> v0, std::vector<int32_t> v1) {
@@ -175,8 +174,7 @@ TEST_CASE("a name's handle states are recycled only once nothing else refers to 
   REQUIRE(m2.second == std::vector<int32_t>{5, 5});
 }
 
-TEST_CASE("a step's names are predicted from the last step even after one-off names",
-          "[local]") {
+TEST_CASE("a step's names are predicted from the last step even after one-off names", "[local]") {
   // A name submitted once before the loop (as hvd.init's own collectives) must not make every
   // later step look its names up by hashing: the predicted order re-synchronises where a
   // known name comes again.
