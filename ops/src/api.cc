@@ -536,18 +536,15 @@ Handle allreduce_async(const TensorView& input, const TensorView& output, const 
   // This rank's mistakes are negotiated refusals: every rank's call fails (see submit()).
   // Checked inline; the message is built only for a mistake.
   const bool in_place = &input == &output;
-  const bool mistake =
-      (!in_place && (output.dtype != input.dtype || output.numel() != input.numel())) ||
-      !detail::view_ok(input) || (!in_place && !detail::view_ok(output));
   Status bad;
-  if (mistake) {
-    if (output.dtype != input.dtype || output.numel() != input.numel()) {
-      bad = invalid_argument("allreduce '" + n + "': output " + dtype_name(output.dtype) +
-                             shape_str(output.shape) + " does not match input " +
-                             dtype_name(input.dtype) + shape_str(input.shape));
-    }
-    if (bad.ok()) bad = detail::check_view(OpType::kAllreduce, n, input, "input");
-    if (bad.ok()) bad = detail::check_view(OpType::kAllreduce, n, output, "output");
+  if (!in_place && (output.dtype != input.dtype || output.numel() != input.numel())) {
+    bad = invalid_argument("allreduce '" + n + "': output " + dtype_name(output.dtype) +
+                           shape_str(output.shape) + " does not match input " +
+                           dtype_name(input.dtype) + shape_str(input.shape));
+  } else if (!detail::view_ok(input)) {
+    bad = detail::check_view(OpType::kAllreduce, n, input, "input");
+  } else if (!in_place && !detail::view_ok(output)) {
+    bad = detail::check_view(OpType::kAllreduce, n, output, "output");
   }
   // In place in the table slot of `n` (no entry to move); validated once, by the runtime.
   core::Runtime& r = *rt;

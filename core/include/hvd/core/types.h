@@ -192,8 +192,6 @@ class Shape {
   int64_t inline_[kInline] = {};
 };
 
-/// The number of elements of a tensor of dimensions [first, last) (1 for none). Inline: asked
-/// per tensor, across libraries.
 /// `a == b` for the short strings that tensor names are: eight bytes at a time inline, where
 /// std::string's == calls memcmp (which costs more than comparing a name of a few words).
 inline bool same_text(const std::string& a, const std::string& b) {
@@ -218,6 +216,8 @@ inline bool same_text(const std::string& a, const std::string& b) {
   return x == y;
 }
 
+/// The number of elements of a tensor of dimensions [first, last) (1 for none). Inline: asked
+/// per tensor, across libraries.
 inline int64_t dims_numel(const int64_t* first, const int64_t* last) {
   int64_t n = 1;
   for (; first != last; ++first) n *= *first;
