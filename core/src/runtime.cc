@@ -329,6 +329,7 @@ std::shared_ptr<HandleState> Runtime::take_handle_state(Slot* slot) {
 Runtime::Slot* Runtime::find_slot_slow(const std::string& name) {
   if (!order_.empty() && same_text(*order_.front()->key, name)) {  // the sequence starts again
     order_pos_ = 0;
+    order_followed_ = true;
     return order_.front();
   }
   stats_.slot_lookups.fetch_add(1, std::memory_order_relaxed);
@@ -339,8 +340,12 @@ Runtime::Slot* Runtime::find_slot_slow(const std::string& name) {
 void Runtime::note_new_order(Slot* slot) {
   if (slot->order_index < order_.size() && order_[slot->order_index] == slot) {
     order_pos_ = slot->order_index + 1;  // a known place: the sequence restarted or skipped
+    order_followed_ = true;
+    if (burst_complete() && settling_) cv_.notify_one();
     return;
   }
+  if (order_followed_ && settling_) cv_.notify_one();  // no longer the last step's burst
+  order_followed_ = false;
   order_.resize(order_pos_);  // another order from here on: learn it
   if (order_.size() < kMaxTable) {
     slot->order_index = order_.size();
@@ -395,12 +400,22 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
     } else {
       // A burst (a backward pass, a loop of async calls) arrives tensor by tensor: let it
       // settle so one round carries it, but never wait more than kSettleCap, and stop as soon
-      // as a user thread waits for a result (its burst is complete).
+      // as a user thread waits for a result or the burst is the last step's again and its
+      // last name came (burst_complete()). While it follows the last step, the loop sleeps
+      // until one of those (no wake-up every kSettleStep: on a shared core those take the
+      // submitting thread's time); otherwise it goes once a kSettleStep brought nothing new.
       const auto cap = std::chrono::steady_clock::now() + kSettleCap;
       size_t seen = queue_.size();
       settling_ = true;
-      auto done = [&] { return stopped_ || shutdown_requested_ || waiting_users() > 0; };
+      auto done = [&] {
+        return stopped_ || shutdown_requested_ || waiting_users() > 0 || burst_complete();
+      };
       while (!done() && std::chrono::steady_clock::now() < cap) {
+        if (order_followed_) {
+          cv_.wait_until(lk, cap, [&] { return done() || !order_followed_; });
+          seen = queue_.size();
+          continue;
+        }
         cv_.wait_for(lk, kSettleStep, done);
         if (queue_.size() == seen) break;
         seen = queue_.size();

@@ -196,3 +196,39 @@ TEST_CASE("a step's names are predicted from the last step even after one-off na
   sum_batch(c, {"once"}, 2);  // the one-off name again, then the steps: still correct
   sum_batch(c, steady, 4);
 }
+
+TEST_CASE("a burst that repeats the last step runs in one round, however slowly it comes",
+          "[local]") {
+  // Names 150 us apart: the settling loop alone would start a round after every one (it goes
+  // once kSettleStep brings nothing new); following the learned step it waits for the step's
+  // last name (or kSettleCap, or a waiting caller) instead.
+  Cluster c(2);
+  c.start_all();
+  const std::vector<std::string> names = numbered("slow.", 0, 4);
+  sum_batch(c, names, 2);  // learns the step
+  std::vector<uint64_t> before;
+  for (int r = 0; r < c.size(); ++r) before.push_back(c[r].stats().rounds);
+  std::vector<std::vector<Tensor<int32_t>>> t(2);
+  std::vector<Handle> hs;
+  for (size_t k = 0; k < names.size(); ++k) {
+    for (int r = 0; r < c.size(); ++r) {
+      t[static_cast<size_t>(r)].emplace_back(std::vector<int32_t>{r + 1, static_cast<int32_t>(k)});
+    }
+  }
+  for (size_t k = 0; k < names.size(); ++k) {
+    if (k > 0) std::this_thread::sleep_for(std::chrono::microseconds(150));
+    for (int r = 0; r < c.size(); ++r) {
+      hs.push_back(submit(c[r], names[k], t[static_cast<size_t>(r)][k]));
+    }
+  }
+  for (auto& h : hs) await_ok(h, "slow burst");
+  for (int r = 0; r < c.size(); ++r) {
+    for (size_t k = 0; k < names.size(); ++k) {
+      REQUIRE(t[static_cast<size_t>(r)][k].out ==
+              std::vector<int32_t>{3, 2 * static_cast<int32_t>(k)});
+    }
+    const uint64_t rounds = c[r].stats().rounds - before[static_cast<size_t>(r)];
+    INFO("rank " << r << ": " << rounds << " rounds for a step of " << names.size() << " names");
+    REQUIRE(rounds <= 2);  // one; two where the first name's round began before the burst
+  }
+}

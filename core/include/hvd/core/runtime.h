@@ -257,6 +257,13 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   // Cleared whenever slots are erased.
   std::vector<Slot*> order_;
   size_t order_pos_ = 0;
+  // mu_: the last submission followed a learned order_ (predicted or re-synchronised), rather
+  // than extending it: order_pos_ at order_.size() then means the step's last name came, which
+  // ends a settling burst at once (burst_complete()).
+  bool order_followed_ = false;
+  bool burst_complete() const {
+    return order_followed_ && !order_.empty() && order_pos_ == order_.size();
+  }
   /// The slot of `name` (mu_ held): the one order_ predicts when the name matches, else the
   /// table's (null: none). note_order() records the slot taken.
   Slot* find_slot(const std::string& name) {
@@ -268,7 +275,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   Slot* find_slot_slow(const std::string& name);
   void note_order(Slot* slot) {
     if (order_pos_ < order_.size() && order_[order_pos_] == slot) {
-      ++order_pos_;  // as predicted
+      ++order_pos_;  // as predicted; at the end, the step is complete: a settling loop goes
+      if (order_pos_ == order_.size() && settling_) cv_.notify_one();
       return;
     }
     note_new_order(slot);
