@@ -13,7 +13,7 @@
    batch 64 per rank), a deep MLP (24 x Linear(256, 256) + Linear(256, 10), ~1.6M parameters,
    50 tensors, batch 64 per rank) and torchvision's ResNet-18 (11.2M parameters, 62 tensors,
    64x64 inputs, batch 16 per rank). Each number is the median step time over --steps steps
-   and alternating rounds (hvd, DDP, no-comm, hvd, DDP, no-comm; --rounds N of them, default 2:
+   and alternating rounds (hvd, DDP, no-comm, then no-comm, DDP, hvd; --rounds N, default 2:
    above 2 also the median, min and max of each round's ratios), and the CPU time per step of a
    rank's process (all threads), which moves far less with the machine's load than the step
    time. --models picks some; --compression fp16 sends gradients as float16 (hvd's
@@ -131,8 +131,12 @@ def bench_train(steps, models, rounds, compression="none"):
         # step time over hvd's; the machine's speed drifts between rounds, neighbours see the same).
         per_round = {"ddp": [], "none": []}
         cpu = {impl: [] for impl in IMPLS}
-        for _ in range(rounds):
-            got = {impl: train_steps(kind, impl, steps, compression) for impl in IMPLS}
+        for rnd in range(rounds):
+            # Every other round in the reverse order: over an even number of rounds each
+            # implementation runs at every position alike (the first of a round runs on a
+            # process that has just built and freed another model's memory, the last does not).
+            order = IMPLS if rnd % 2 == 0 else IMPLS[::-1]
+            got = {impl: train_steps(kind, impl, steps, compression) for impl in order}
             for impl in IMPLS:
                 res[impl] += got[impl][0]
                 cpu[impl].append(got[impl][1])
@@ -284,8 +288,8 @@ def main():
     ap.add_argument("--cpp", default="")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=2,
-                    help="training: rounds of (hvd, DDP, no-comm); above 2 also prints the "
-                    "spread of the per-round ratios")
+                    help="training: rounds of (hvd, DDP, no-comm), every other one in the "
+                    "reverse order; above 2 also prints the spread of the per-round ratios")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--only", choices=["train", "allreduce"], default=None)
     ap.add_argument("--case", choices=[c[2] for c in CASES], default=None)
