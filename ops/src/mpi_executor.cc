@@ -175,10 +175,17 @@ Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>
       });
     }
     HVD_RETURN_IF_ERROR(reduce_buffer(buf, static_cast<int64_t>(len / esize), type, op));
-    scale_in_place(buf, dt, static_cast<int64_t>(len / esize), post);
+    // An Average's division joins the copy out (float32/float64), else a pass of its own.
+    const bool fold_post = post != 1.0 && folds_scale(dt);
+    if (!fold_post) scale_in_place(buf, dt, static_cast<int64_t>(len / esize), post);
     core::PhaseScope copy(core::Phase::kCopyOut);
     walk(&out_i, &out_off, len, [&](size_t i, size_t off, size_t pos, size_t n) {
-      std::memcpy(static_cast<uint8_t*>(entries[i]->output.data) + off, buf + pos, n);
+      void* dst = static_cast<uint8_t*>(entries[i]->output.data) + off;
+      if (fold_post) {
+        copy_scaled(buf + pos, dt, static_cast<int64_t>(n / esize), post, dst);
+      } else {
+        std::memcpy(dst, buf + pos, n);
+      }
     });
   }
   return Status::OK();

@@ -101,19 +101,29 @@ Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEn
     return Status::OK();
   };
 
+  // A sum's last reduction also divides for an Average: one pass over this rank's chunk.
+  const bool fold_post = post != 1.0 && op == MPI_SUM && folds_scale(dt);
   core::PhaseScope call(core::Phase::kCollective, kRingCall);
   // Reduce-scatter: after n-1 steps this rank holds the reduction of chunk (rank + 1) % n.
   for (int s = 0; s < n - 1; ++s) {
     const RingChunk& rc = chunks[static_cast<size_t>((rank_ + 2 * n - s - 1) % n)];
     HVD_RETURN_IF_ERROR(
         step(rc, chunks[static_cast<size_t>((rank_ + n - s) % n)], kTagReduce, false));
+    const bool last = s == n - 2;
     for (size_t k = 0; k < rc.pieces.size(); ++k) {
-      HVD_MPI_CHECK(MPI_Reduce_local(staged + rc.staged_offset[k] * es, at(rc.pieces[k]),
-                                     static_cast<int>(rc.pieces[k].count), type, op));
+      const uint8_t* in = staged + rc.staged_offset[k] * es;
+      if (last && fold_post) {
+        sum_scaled(in, dt, rc.pieces[k].count, post, at(rc.pieces[k]));
+      } else {
+        HVD_MPI_CHECK(
+            MPI_Reduce_local(in, at(rc.pieces[k]), static_cast<int>(rc.pieces[k].count), type, op));
+      }
     }
   }
-  for (const RingPiece& p : chunks[static_cast<size_t>((rank_ + 1) % n)].pieces) {
-    scale_in_place(at(p), dt, p.count, post);
+  if (!fold_post) {
+    for (const RingPiece& p : chunks[static_cast<size_t>((rank_ + 1) % n)].pieces) {
+      scale_in_place(at(p), dt, p.count, post);
+    }
   }
   // Allgather: pass the reduced chunks around the ring, large pieces straight into the tensors.
   for (int s = 0; s < n - 1; ++s) {

@@ -127,3 +127,37 @@ TEST_CASE("reduced_as_float is true only for the 16-bit floats", "[unit]") {
   REQUIRE_FALSE(reduced_as_float(DataType::kFloat32));
   REQUIRE_FALSE(reduced_as_float(DataType::kInt16));
 }
+
+TEST_CASE("one-pass copy_scaled and sum_scaled equal the two passes they replace", "[unit]") {
+  REQUIRE(folds_scale(DataType::kFloat32));
+  REQUIRE(folds_scale(DataType::kFloat64));
+  REQUIRE_FALSE(folds_scale(DataType::kFloat16));
+  REQUIRE_FALSE(folds_scale(DataType::kInt32));
+  // Every length up to 40 from every start within a vector (the vector loops' remainders and
+  // unaligned starts), bit for bit against a copy or MPI-style sum followed by scale_in_place.
+  auto check = [](auto zero, DataType t) {
+    using T = decltype(zero);
+    std::vector<T> a(48), b(48);
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = static_cast<T>(0.1 * static_cast<double>(i) - 1.7);
+      b[i] = static_cast<T>(3.3 - 0.37 * static_cast<double>(i));
+    }
+    for (int64_t start = 0; start < 8; ++start) {
+      for (int64_t n = 0; start + n <= 48 && n <= 40; ++n) {
+        std::vector<T> two = b, one = b;
+        for (int64_t i = start; i < start + n; ++i) two[i] = a[i];
+        scale_in_place(two.data() + start, t, n, 1.0 / 3.0);
+        copy_scaled(a.data() + start, t, n, 1.0 / 3.0, one.data() + start);
+        REQUIRE(one == two);
+        two = b;
+        one = b;
+        for (int64_t i = start; i < start + n; ++i) two[i] = a[i] + two[i];
+        scale_in_place(two.data() + start, t, n, 0.5);
+        sum_scaled(a.data() + start, t, n, 0.5, one.data() + start);
+        REQUIRE(one == two);
+      }
+    }
+  };
+  check(0.0f, DataType::kFloat32);
+  check(0.0, DataType::kFloat64);
+}

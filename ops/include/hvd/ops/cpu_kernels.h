@@ -15,6 +15,14 @@ void scale_in_place(void* data, DataType dtype, int64_t n, double factor);
 void widen_to_float(const void* src, DataType dtype, int64_t n, double factor, float* dst);
 /// dst[i] = narrow(src[i] * factor), for float16 / bfloat16 destinations.
 void narrow_from_float(const float* src, int64_t n, double factor, DataType dtype, void* dst);
+/// True for the dtypes of copy_scaled and sum_scaled: float32 and float64.
+inline bool folds_scale(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat64; }
+/// dst[i] = src[i] * factor in one pass (a copy out and an Average's division together).
+/// folds_scale(dtype) only.
+void copy_scaled(const void* src, DataType dtype, int64_t n, double factor, void* dst);
+/// inout[i] = (inout[i] + in[i]) * factor in one pass (a sum's last reduction and an Average's
+/// division together, the same arithmetic as the two passes). folds_scale(dtype) only.
+void sum_scaled(const void* in, DataType dtype, int64_t n, double factor, void* inout);
 /// True for the dtypes reduced through a float32 buffer.
 inline bool reduced_as_float(DataType t) {
   return t == DataType::kFloat16 || t == DataType::kBFloat16;
