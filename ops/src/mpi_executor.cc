@@ -134,7 +134,12 @@ Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>
 
   const MPI_Datatype type = mpi_type(dt);
   const size_t esize = dtype_size(dt);
-  if (entries.size() == 1) {  // in place, no fusion-buffer copy
+  // One tensor is reduced in place by MPI_Allreduce, except an Average of a large float tensor,
+  // which the ring divides as it reduces (one pass over the tensor instead of two).
+  const bool ring_divides = size_ > 1 && post != 1.0 && op == MPI_SUM && folds_scale(dt) &&
+                            entries.size() == 1 && entries[0]->input.bytes() >= kRingMinBytes &&
+                            entries[0]->input.numel() <= kMaxCount;
+  if (entries.size() == 1 && !ring_divides) {  // in place, no fusion-buffer copy
     TensorEntry* e = entries[0];
     if (e->output.data != e->input.data && e->input.bytes()) {
       if (e->input.bytes()) std::memcpy(e->output.data, e->input.data, e->input.bytes());

@@ -118,6 +118,36 @@ TEST_CASE("large tensors are reduced in place and correctly", "[mpi]") {
   }
 }
 
+TEST_CASE("a large tensor's Average divides every element, in place or into an output", "[mpi]") {
+  // One float tensor in place and one double tensor into a separate output with a postscale:
+  // the ring divides as it reduces (one pass), on every element of both halves.
+  const int r = hvd::rank(), n = hvd::size();
+  const int64_t len = (1 << 20) + 5;
+  std::vector<float> f(static_cast<size_t>(len));
+  std::vector<double> d(static_cast<size_t>(len)), out(static_cast<size_t>(len), -1.0);
+  for (int64_t i = 0; i < len; ++i) {
+    f[static_cast<size_t>(i)] = static_cast<float>((i % 13) * (r + 1));
+    d[static_cast<size_t>(i)] = static_cast<double>((i % 7) * (r + 1));
+  }
+  auto hf = hvd::allreduce_async(hvd::TensorView(f.data(), DataType::kFloat32, {len}), "big.avg.f",
+                                 ReduceOp::kAverage);
+  auto hd = hvd::allreduce_async(hvd::TensorView(d.data(), DataType::kFloat64, {len}),
+                                 hvd::TensorView(out.data(), DataType::kFloat64, {len}),
+                                 "big.avg.d", ReduceOp::kAverage, 1.0, 4.0);
+  hf.wait();
+  hd.wait();
+  // Sums of (r + 1) over the ranks, divided by n: (n + 1) / 2, exact in binary for n <= 4.
+  for (int64_t i = 0; i < len; ++i) {
+    const auto k = static_cast<size_t>(i);
+    if (f[k] != static_cast<float>((i % 13) * (n + 1)) / 2.0f)
+      FAIL("big.avg.f[" << i << "] = " << f[k]);
+    if (out[k] != 4.0 * static_cast<double>((i % 7) * (n + 1)) / 2.0) {
+      FAIL("big.avg.d[" << i << "] = " << out[k]);
+    }
+    if (d[k] != static_cast<double>((i % 7) * (r + 1))) FAIL("big.avg.d's input changed at " << i);
+  }
+}
+
 // Resident memory of this process, in bytes.
 int64_t resident_bytes() {
   std::ifstream f("/proc/self/statm");
