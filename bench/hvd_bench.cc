@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // hvd_bench: hvd allreduce of K tensors of S floats vs one raw MPI_Allreduce of the same bytes
-// and vs K raw MPI_Allreduce calls, plus the same K as one grouped allreduce. Prints medians (max
+// and vs K raw MPI_Allreduce calls, plus the same K as one grouped allreduce; Sum, and Average
+// in the ":avg" cases (raw MPI sums there too: the division is hvd's). Prints medians (max
 // over ranks per iteration) and ratios. The case "crossed" measures how fast a background loop
 // that backs off after fruitless rounds (ranks submitted different names) reacts to new work:
 // rank r submits "crossed.r" alone, waits 5 ms (the rounds match nothing, the loops back off),
@@ -10,7 +11,8 @@
 // (mean over ranks; the loop's includes MPI's polling while it waits for a peer): CPU time is
 // less noisy than wall time on a loaded machine.
 //
-//   mpirun -np 2 --bind-to none build/bench/hvd_bench [--iters N] [--case KxS|crossed] [--hvd-only]
+//   mpirun -np 2 --bind-to none build/bench/hvd_bench [--iters N] [--case KxS[:avg]|crossed]
+//     [--hvd-only]
 //   --hvd-only: hvd's runs alone (no grouped, no raw MPI), for profiling hvd's own path.
 #include <mpi.h>
 
@@ -35,6 +37,7 @@ struct Case {
   int k;
   int64_t s;
   const char* label;
+  hvd::ReduceOp op;  // raw MPI sums either way: an Average's division is part of hvd's time
 };
 
 }  // namespace
@@ -62,13 +65,16 @@ int main(int argc, char** argv) {
   hvd::init();
   loop.after_init();
   const int rank = hvd::rank();
-  const Case cases[] = {{1, 1 << 20, "1x1Mi"},
-                        {64, 16 << 10, "64x16Ki"},
-                        {16, 1 << 20, "16x1Mi"},
-                        {1024, 256, "1024x256"}};
+  const Case cases[] = {{1, 1 << 20, "1x1Mi", hvd::ReduceOp::kSum},
+                        {64, 16 << 10, "64x16Ki", hvd::ReduceOp::kSum},
+                        {16, 1 << 20, "16x1Mi", hvd::ReduceOp::kSum},
+                        {1024, 256, "1024x256", hvd::ReduceOp::kSum},
+                        {1, 1 << 20, "1x1Mi:avg", hvd::ReduceOp::kAverage},
+                        {16, 1 << 20, "16x1Mi:avg", hvd::ReduceOp::kAverage}};
   if (rank == 0) {
     std::printf(
-        "hvd_bench: allreduce (Sum, float32), np=%d, %d iterations, median of slowest rank\n",
+        "hvd_bench: allreduce (Sum, float32; :avg cases Average, raw MPI's sum without the "
+        "division), np=%d, %d iterations, median of slowest rank\n",
         hvd::size(), iters);
     std::printf("%-10s %10s %12s %12s %12s %8s %12s %9s %9s %9s %9s\n", "case", "MiB", "hvd ms",
                 "raw1 ms", "rawK ms", "ratio", "grouped ms", "loop us", "caller us", "rounds/it",
@@ -90,7 +96,7 @@ int main(int argc, char** argv) {
       for (int j = 0; j < c.k; ++j) {
         hs[static_cast<size_t>(j)] = hvd::allreduce_async(
             hvd::TensorView(ts[static_cast<size_t>(j)].data(), hvd::DataType::kFloat32, {c.s}),
-            names[static_cast<size_t>(j)], hvd::ReduceOp::kSum);
+            names[static_cast<size_t>(j)], c.op);
       }
       for (auto& h : hs) h.wait();
     });
@@ -116,8 +122,8 @@ int main(int argc, char** argv) {
     for (auto& t : ts)
       views.emplace_back(t.data(), hvd::DataType::kFloat32, std::vector<int64_t>{c.s});
     const std::string group = std::string(c.label) + ".group";
-    double t_grouped = median_ms(
-        iters, [&] { hvd::grouped_allreduce_async(views, group, hvd::ReduceOp::kSum).wait(); });
+    double t_grouped =
+        median_ms(iters, [&] { hvd::grouped_allreduce_async(views, group, c.op).wait(); });
     double t_raw1 = median_ms(iters, [&] {
       MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_FLOAT, MPI_SUM,
                     MPI_COMM_WORLD);

@@ -6,8 +6,9 @@
 # per collective of hvd's background thread ("loop") and of the submitting thread ("caller").
 #
 #   scripts/bench-compare.sh REV [CASE...]
-#     CASE: 1x1Mi 64x16Ki 16x1Mi 1024x256 (hvd_bench --case) or py:LABEL (python_bench.py
-#     --case LABEL, through hvd.torch); default: the four C++ cases.
+#     CASE: 1x1Mi 64x16Ki 16x1Mi 1024x256 1x1Mi:avg 16x1Mi:avg (hvd_bench --case; Sum, :avg
+#     Average) or py:LABEL (python_bench.py --case LABEL, through hvd.torch); default: the four
+#     C++ Sum cases.
 #   Environment: RUNS (5) runs per side, ITERS (100) iterations per run, NP (2),
 #   BUILD (build) the working tree's build directory (NO_BUILD=1: use it as it is), HVD_COMPARE_CACHE (/tmp/hvd-bench-compare)
 #   where REV's builds are kept, one per commit, so a second comparison against it starts at
