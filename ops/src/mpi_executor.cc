@@ -134,21 +134,6 @@ Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>
 
   const MPI_Datatype type = mpi_type(dt);
   const size_t esize = dtype_size(dt);
-  // One tensor is reduced in place by MPI_Allreduce, except an Average of a large float tensor,
-  // which the ring divides as it reduces (one pass over the tensor instead of two).
-  const bool ring_divides = size_ > 1 && post != 1.0 && op == MPI_SUM && folds_scale(dt) &&
-                            entries.size() == 1 && entries[0]->input.bytes() >= kRingMinBytes &&
-                            entries[0]->input.numel() <= kMaxCount;
-  if (entries.size() == 1 && !ring_divides) {  // in place, no fusion-buffer copy
-    TensorEntry* e = entries[0];
-    if (e->output.data != e->input.data && e->input.bytes()) {
-      if (e->input.bytes()) std::memcpy(e->output.data, e->input.data, e->input.bytes());
-    }
-    scale_in_place(e->output.data, dt, e->output.numel(), r.prescale);
-    HVD_RETURN_IF_ERROR(reduce_buffer(e->output.data, e->output.numel(), type, op));
-    scale_in_place(e->output.data, dt, e->output.numel(), post);
-    return Status::OK();
-  }
   size_t total = 0, large = 0;
   sizes_.clear();
   for (auto* e : entries) {
@@ -159,16 +144,29 @@ Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>
   }
   // The ring saves the copies of tensors that travel as their own messages; small ones are
   // copied either way, and then one MPI_Allreduce beats the ring's extra calls.
-  if (size_ > 1 && total >= kRingMinBytes && 2 * large >= total &&
-      total / esize <= static_cast<size_t>(kMaxCount)) {
-    return ring_allreduce(r, entries, type, op, post);
+  const bool ring = size_ > 1 && total >= kRingMinBytes && 2 * large >= total &&
+                    total / esize <= static_cast<size_t>(kMaxCount);
+  // One tensor is reduced in place by MPI_Allreduce (no fusion-buffer copy), unless the ring
+  // can take it and divide as it reduces (an Average: one pass over the tensor instead of two).
+  if (entries.size() == 1 && !(ring && ring_divides(op, dt, post))) {
+    TensorEntry* e = entries[0];
+    if (e->output.data != e->input.data && e->input.bytes()) {
+      std::memcpy(e->output.data, e->input.data, e->input.bytes());
+    }
+    scale_in_place(e->output.data, dt, e->output.numel(), r.prescale);
+    HVD_RETURN_IF_ERROR(reduce_buffer(e->output.data, e->output.numel(), type, op));
+    scale_in_place(e->output.data, dt, e->output.numel(), post);
+    return Status::OK();
   }
+  if (ring) return ring_allreduce(r, entries, type, op, post);
   // Fused: the tensors are laid end to end in a virtual buffer that is reduced in slices of
   // kFusedSlice bytes, each copied in, reduced and copied out while it is still in cache (one
   // big copy in, reduce and copy out costs more in memory traffic than the reduction itself).
   const size_t slice = std::min(total, kFusedSlice - kFusedSlice % esize);
   uint8_t* buf = fusion_buffer(slice);
   const bool prescale = r.prescale != 1.0;
+  // An Average's division joins the copy out (float32/float64), else a pass of its own.
+  const bool fold_post = post != 1.0 && folds_scale(dt);
   size_t in_i = 0, in_off = 0, out_i = 0, out_off = 0;
   for (size_t start = 0; start < total; start += slice) {
     const size_t len = std::min(slice, total - start);
@@ -180,8 +178,6 @@ Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>
       });
     }
     HVD_RETURN_IF_ERROR(reduce_buffer(buf, static_cast<int64_t>(len / esize), type, op));
-    // An Average's division joins the copy out (float32/float64), else a pass of its own.
-    const bool fold_post = post != 1.0 && folds_scale(dt);
     if (!fold_post) scale_in_place(buf, dt, static_cast<int64_t>(len / esize), post);
     core::PhaseScope copy(core::Phase::kCopyOut);
     walk(&out_i, &out_off, len, [&](size_t i, size_t off, size_t pos, size_t n) {

@@ -25,6 +25,10 @@ constexpr int kTagGather = 0x6877;
 constexpr const char* kRingCall = "ring allreduce (MPI_Isend/MPI_Irecv)";
 }  // namespace
 
+bool MpiExecutor::ring_divides(MPI_Op op, DataType dtype, double post) {
+  return post != 1.0 && op == MPI_SUM && folds_scale(dtype);
+}
+
 Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEntry*>& entries,
                                    MPI_Datatype type, MPI_Op op, double post) {
   const DataType dt = r.dtype;
@@ -102,7 +106,7 @@ Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEn
   };
 
   // A sum's last reduction also divides for an Average: one pass over this rank's chunk.
-  const bool fold_post = post != 1.0 && op == MPI_SUM && folds_scale(dt);
+  const bool fold_post = ring_divides(op, dt, post);
   core::PhaseScope call(core::Phase::kCollective, kRingCall);
   // Reduce-scatter: after n-1 steps this rank holds the reduction of chunk (rank + 1) % n.
   for (int s = 0; s < n - 1; ++s) {

@@ -53,6 +53,9 @@ class MpiExecutor : public core::Executor {
   /// messages straight between the tensors (mpi_ring.cc): no copy into a fusion buffer.
   Status ring_allreduce(const core::Response& r, const std::vector<core::TensorEntry*>& entries,
                         MPI_Datatype type, MPI_Op op, double post);
+  /// True when ring_allreduce's last reduction also applies `post` (an Average's division),
+  /// one pass instead of two: a sum of float32 or float64 with a factor other than 1.
+  static bool ring_divides(MPI_Op op, DataType dtype, double post);
   /// MPI_Allreduce in place, split into calls of at most 2^30 elements.
   Status reduce_buffer(void* data, int64_t count, MPI_Datatype type, MPI_Op op);
   uint8_t* fusion_buffer(size_t bytes);
