@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages hvd needs. Idempotent; prints nothing when all are present.
-# As a non-root user it prints the exact apt-get line to run instead.
+# As a non-root user it prints the exact apt-get line to run instead. With --check it only says
+# what is missing (exit 1 when something is). Every name exists in Debian 12 and 13 alike.
 set -euo pipefail
 
 PKGS=(
@@ -10,7 +11,7 @@ PKGS=(
   catch2 libboost-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   openssh-client openssh-server iproute2 procps psmisc util-linux
   clang-format clang-tidy
-  clang libclang-rt-14-dev
+  clang libclang-rt-dev
   libtorch-dev
   python3 python3-dev python3-torch python3-torchvision python3-pytest python3-numpy python3-mpi4py pybind11-dev
   libdlpack-dev
@@ -29,6 +30,10 @@ for p in "${PKGS[@]}"; do
   fi
 done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
+if [[ "${1:-}" == --check ]]; then
+  echo "hvd: missing Debian packages: ${missing[*]}" >&2
+  exit 1
+fi
 
 line="apt-get install -y --no-install-recommends ${missing[*]}"
 if [[ $(id -u) -ne 0 ]]; then

@@ -311,7 +311,9 @@ PyObject* get_released(PyObject* o, void* /*unused*/) {
   return PyBool_FromLong(h.let_go);
 }
 
-template <pyb::object PyHandle::*member>
+using ObjectField = pyb::object PyHandle::*;
+
+template <ObjectField member>
 PyObject* get_object(PyObject* o, void* /*unused*/) {
   return pyb::object(self_of(o).*member).release().ptr();  // a new reference
 }

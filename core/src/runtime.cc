@@ -234,8 +234,9 @@ Handle Runtime::enqueue_slot(const std::string& name, FunctionRef<bool(TensorEnt
       bad = invalid_argument(describe(r.op, r.name) + ": tensor is on " + slot.input.device.str() +
                              " but " + parts_.no_device_reason);
     } else {
-      bad = parts_.device_executor->prepare_input(&slot);  // on this thread: the producer's
-    }                                                      // stream as of now
+      // On this thread: the producer's stream as of now.
+      bad = parts_.device_executor->prepare_input(&slot);
+    }
   }
   if (!bad.ok() && !negotiate_refusal) {  // the slot stays idle
     std::shared_ptr<HandleState> hs = std::move(slot.handle);

@@ -36,13 +36,13 @@ constexpr size_t kWakeAt = 4096;  // lines queued that wake the writer before kF
 
 std::atomic<int> g_terminating{0};
 std::atomic<int> g_writes_in_flight{0};
-struct sigaction g_previous {};
+struct sigaction g_previous = {};
 std::once_flag g_install_once;
 
 // The previous disposition's handler, run as the kernel would have run it (see the top).
 void call_previous(const struct sigaction& prev, int sig, siginfo_t* info, void* ctx) {
   if (prev.sa_flags & SA_RESETHAND) {
-    struct sigaction dfl {};
+    struct sigaction dfl = {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     g_previous = dfl;  // the next SIGTERM terminates, after the file is safe
@@ -90,7 +90,7 @@ void on_sigterm(int sig, siginfo_t* info, void* ctx) {
 
 void install_sigterm_handler() {
   std::call_once(g_install_once, [] {
-    struct sigaction sa {};
+    struct sigaction sa = {};
     sa.sa_sigaction = on_sigterm;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);

@@ -6,7 +6,6 @@
 // which test hung. Past the deadline the rank prints the test's name and exits, and mpirun
 // ends the others.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include <thread>
 
 #include "hvd/hvd.h"
+#include "hvd_catch.h"
 
 namespace {
 
@@ -71,8 +71,8 @@ Watchdog& watchdog() {
   return *w;
 }
 
-struct Deadline : Catch::TestEventListenerBase {
-  using TestEventListenerBase::TestEventListenerBase;
+struct Deadline : hvd::test::EventListenerBase {
+  using hvd::test::EventListenerBase::EventListenerBase;
   void testCaseStarting(Catch::TestCaseInfo const& info) override { watchdog().arm(info.name); }
   void testCaseEnded(Catch::TestCaseStats const& /*stats*/) override { watchdog().disarm(); }
 };

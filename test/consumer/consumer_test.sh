@@ -3,7 +3,8 @@
 # [install] hvd used the way a user's own project uses it:
 #  1. `cmake --install` into a fresh prefix; test/consumer (find_package(hvd), hvd::hvd and
 #     hvd::torch) builds against it and its programs pass at np 2, under mpirun and under the
-#     installed hvdrun;
+#     installed hvdrun, without LD_LIBRARY_PATH: hvd's libraries find each other ($ORIGIN), also
+#     for a consumer linked with --as-needed (whose own RUNPATH then covers libhvd_ops.so only);
 #  2. `cpack -G DEB` packs the build; the .deb declares its dependencies (apt resolves them from
 #     Debian's archive for a machine with nothing installed), and the consumer builds and passes
 #     against the unpacked package too (the CMake package is relocatable).
@@ -19,7 +20,8 @@ step() { printf '\n== %s\n' "$*"; }
 # both ranks.
 build_and_run() {
   local prefix=$1 label=$2 b="$work/consumer-$2"
-  cmake -S "$src/test/consumer" -B "$b" -DCMAKE_PREFIX_PATH="$prefix" >"$b.log" 2>&1 ||
+  shift 2
+  cmake -S "$src/test/consumer" -B "$b" -DCMAKE_PREFIX_PATH="$prefix" "$@" >"$b.log" 2>&1 ||
     { cat "$b.log"; echo "FAIL ($label): the consumer does not configure" >&2; exit 1; }
   grep 'consumer: hvd' "$b.log"
   grep -q "from $prefix" "$b.log" || { echo "FAIL ($label): hvd not found under $prefix" >&2; exit 1; }
@@ -37,13 +39,21 @@ build_and_run() {
   echo "$out"
 }
 
+unset LD_LIBRARY_PATH
 step "cmake --install into a fresh prefix"
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 for f in bin/hvdrun include/hvd/hvd.h include/hvd/config.h lib/cmake/hvd/hvdConfig.cmake \
          lib/cmake/hvd/hvdConfigVersion.cmake lib/libhvd_ops.so lib/libhvd_core.so; do
   [[ -e "$work/prefix/$f" ]] || { echo "FAIL: $f is not installed" >&2; exit 1; }
 done
+runpath=$(readelf -d "$work/prefix/lib/libhvd_ops.so" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+echo "libhvd_ops.so RUNPATH: ${runpath:-none}"
+[[ $runpath == '$ORIGIN' ]] || { echo "FAIL: libhvd_ops.so does not find libhvd_core.so beside it" >&2; exit 1; }
 build_and_run "$work/prefix" install
+step "the same prefix, the consumer linked with --as-needed"
+build_and_run "$work/prefix" as-needed -DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed
+readelf -d "$work/consumer-as-needed/train_cpp" | grep -q 'NEEDED.*libhvd_core' &&
+  echo "note: train_cpp names libhvd_core.so itself (the case below is not reached)"
 
 step "cpack -G DEB"
 (cd "$work" && cpack -G DEB --config "$build/CPackConfig.cmake" -B "$work/pkg" >"$work/cpack.log" 2>&1) ||

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // CPU-only: device tensors are routed to the GPU executor when the build has one, and are
 // refused with a clear reason otherwise (no NCCL in the build, or no usable CUDA device).
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <vector>
 
@@ -9,6 +8,7 @@
 #include "hvd/core/runtime.h"
 #include "hvd/hvd.h"
 #include "hvd/ops/device.h"
+#include "hvd_catch.h"
 
 using namespace hvd;
 
@@ -29,9 +29,10 @@ TEST_CASE("the process reports whether its GPU module is loaded, and why not", "
 #else
   REQUIRE_FALSE(g.loaded);
   REQUIRE(g.nccl_version == 0);
-  REQUIRE_THAT(g.reason, Catch::Contains("no GPU support"));
+  REQUIRE_THAT(g.reason, hvd::test::Contains("no GPU support"));
 #endif
-  if (g.loaded && g.devices == 0) REQUIRE_THAT(g.reason, Catch::Contains("no usable CUDA device"));
+  if (g.loaded && g.devices == 0)
+    REQUIRE_THAT(g.reason, hvd::test::Contains("no usable CUDA device"));
 }
 
 TEST_CASE("add_device_executor gives an executor or a reason", "[mpi]") {
@@ -43,10 +44,10 @@ TEST_CASE("add_device_executor gives an executor or a reason", "[mpi]") {
   } else {
 #if HVD_HAVE_NCCL
     // Without a GPU or driver the CUDA probe fails: that means "no device", not a crash.
-    REQUIRE_THAT(parts.no_device_reason, Catch::Contains("no usable CUDA device"));
-    REQUIRE_THAT(parts.no_device_reason, Catch::Contains("GPU module is loaded"));
+    REQUIRE_THAT(parts.no_device_reason, hvd::test::Contains("no usable CUDA device"));
+    REQUIRE_THAT(parts.no_device_reason, hvd::test::Contains("GPU module is loaded"));
 #else
-    REQUIRE_THAT(parts.no_device_reason, Catch::Contains("no GPU support"));
+    REQUIRE_THAT(parts.no_device_reason, hvd::test::Contains("no GPU support"));
 #endif
   }
 }

@@ -3,13 +3,13 @@
 # [fuzz] Builds the wire-format fuzzer with clang (-fsanitize=fuzzer,address,undefined) in its
 # own directory and runs it for FUZZ_SECONDS (default 20) from the checked-in seed corpus.
 # Exits 77 (skipped) naming what is missing when clang or libFuzzer is not installed
-# (Debian 12: apt-get install clang libclang-rt-14-dev; scripts/install-deps.sh installs them).
+# (Debian 12 and 13: apt-get install clang libclang-rt-dev; scripts/install-deps.sh installs them).
 # Usage: run_fuzz.sh SOURCE_DIR BUILD_DIR [SECONDS]
 set -u
 src=$1 out=$2 secs=${3:-${FUZZ_SECONDS:-20}}
 cxx=$(command -v clang++ || command -v clang++-14 || true)
 if [ -z "$cxx" ]; then
-  echo "fuzz: SKIPPED: clang++ not found (apt-get install clang libclang-rt-14-dev)"
+  echo "fuzz: SKIPPED: clang++ not found (apt-get install clang libclang-rt-dev)"
   exit 77
 fi
 mkdir -p "$out"
@@ -17,7 +17,7 @@ probe="$out/probe.cc"
 echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' \
   >"$probe"
 if ! "$cxx" -fsanitize=fuzzer "$probe" -o "$out/probe" 2>"$out/probe.log"; then
-  echo "fuzz: SKIPPED: $cxx cannot link libFuzzer (apt-get install libclang-rt-14-dev):"
+  echo "fuzz: SKIPPED: $cxx cannot link libFuzzer (apt-get install libclang-rt-dev):"
   head -3 "$out/probe.log"
   exit 77
 fi

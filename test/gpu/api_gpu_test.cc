@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // [gpu] tier through the public API: device tensors go to the NCCL executor, inputs are read
 // only after the producer's stream wrote them, errors reach the caller as hvd::Error.
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <string>
 
 #include "gpu_test_util.h"
 #include "hvd/hvd.h"
+#include "hvd_catch.h"
 
 using namespace hvd;
 
@@ -24,7 +24,7 @@ TEST_CASE("the GPU module loads with this host's CUDA runtime and NCCL", "[gpu]"
   REQUIRE(g.cuda_runtime_version >= 11000);
   REQUIRE(g.module.find("libhvd_nccl.so") != std::string::npos);
   REQUIRE((g.devices > 0) == gputest::have_gpu());
-  if (g.devices == 0) REQUIRE_THAT(g.reason, Catch::Contains("no usable CUDA device"));
+  if (g.devices == 0) REQUIRE_THAT(g.reason, hvd::test::Contains("no usable CUDA device"));
 }
 
 TEST_CASE("gpu allreduce waits for the producer's stream", "[gpu][device]") {
@@ -110,7 +110,8 @@ TEST_CASE("gpu a host pointer labelled cuda:0 fails with hvd::Error, not a crash
   HVD_GPU_OR_SKIP();
   std::vector<float> host(16, 1.0f);
   TensorView v(host.data(), DataType::kFloat32, {16}, Device::cuda(0));
-  REQUIRE_THROWS_WITH(hvd::allreduce(v, "host.as.device"), Catch::Contains("not device memory"));
+  REQUIRE_THROWS_WITH(hvd::allreduce(v, "host.as.device"),
+                      hvd::test::Contains("not device memory"));
   gputest::DevBuf ok(16 * sizeof(float));
   REQUIRE(cudaMemset(ok.p, 0, 16 * sizeof(float)) == cudaSuccess);
   hvd::allreduce(TensorView(ok.p, DataType::kFloat32, {16}, Device::cuda(0)), "after.error");

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // [gpu] tier at np = 1 on one GPU: every collective x dtype through the NCCL executor against
 // host-computed references, fusion of many small tensors, errors as statuses.
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 
 #include "gpu_test_util.h"
+#include "hvd_catch.h"
 
 using namespace hvd;
 using core::OpType;

@@ -3,11 +3,11 @@
 // Exit status: Catch's (failures), else 77 when a test case was skipped for want of a device
 // (CTest's SKIP_RETURN_CODE: reported as skipped, not passed), else 0.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <cstdio>
 
 #include "gpu_test_util.h"
 #include "hvd/hvd.h"
+#include "hvd_catch.h"
 
 int main(int argc, char** argv) {
   hvd::init();

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# [install] the .deb(s) on a really clean Debian 12: a `debootstrap --variant=minbase bookworm`
-# root (from the mirror this machine's apt uses), the packages built by `cpack -G DEB` installed
-# there with apt (which fetches every declared dependency from Debian's archive), then, inside
+# [install] the .deb(s) on a really clean Debian: a `debootstrap --variant=minbase SUITE` root
+# (SUITE: $HVD_CLEAN_HOST_SUITE, default this host's release; from the mirror this machine's apt
+# uses), the packages built by `cpack -G DEB` (or the ones in $HVD_CLEAN_HOST_DEBS: the
+# [debian13] tier packs on Debian 13 and tests here) installed there with apt (which fetches every declared dependency from Debian's archive), then, inside
 # the root (chroot, with /proc, /dev and a tmpfs /dev/shm):
 #   1. `hvdrun --check-build`: the Python binding imports; no GPU module on this CPU host;
 #   2. a 2-rank Python job through hvdrun (clean_host_job.py: an allreduce and three
@@ -12,7 +13,7 @@
 #   4. with hvd-cuda (when built) installed too: the module is found and its reason for not
 #      loading names the missing CUDA runtime, and CPU jobs still run.
 # The bootstrapped root with build-essential and cmake (a week) and apt's downloaded .deb files
-# are cached in $HVD_TEST_CACHE (default /var/cache/hvd-test).
+# are cached in $HVD_TEST_CACHE (default /var/cache/hvd-test), per suite.
 # Exit 77 (skip) only when Debian's archive cannot be reached.
 #   clean_host_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -24,35 +25,33 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 [[ $(id -u) -eq 0 ]] || { echo "skipped: needs root (debootstrap, chroot, mount)"; exit 77; }
 command -v debootstrap >/dev/null || fail "debootstrap is not installed (scripts/install-deps.sh)"
-
-# The Debian mirror this machine's apt uses (deb822 or one-line sources), else deb.debian.org.
-mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list \
-           2>/dev/null | grep -oE 'https?://[^ ]*/debian/?( |$)' | grep -v security | head -1 |
-           tr -d ' ' || true)
-mirror=${mirror:-http://deb.debian.org/debian}
-mirror=${mirror%/}
-host=$(sed -E 's|^https?://([^/:]+).*|\1|' <<<"$mirror")
-path=$(sed -E 's|^https?://[^/]+||' <<<"$mirror")
-if ! timeout 15 bash -c "exec 3<>/dev/tcp/$host/80 && printf 'HEAD $path/dists/bookworm/Release HTTP/1.1\r\nHost: $host\r\nConnection: close\r\n\r\n' >&3 && head -1 <&3" 2>/dev/null | grep -q '^HTTP/'; then
+# shellcheck source=test/install/debian_root.sh
+source "$src/test/install/debian_root.sh"
+suite=${HVD_CLEAN_HOST_SUITE:-$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)}
+mirror=$DEBIAN_MIRROR
+if ! debian_reachable "$suite"; then
   echo "skipped: Debian's archive ($mirror) cannot be reached from here"
   exit 77
 fi
 
 work=$(mktemp -d /var/tmp/hvd-clean-host.XXXXXX)
 root=$work/root
-mounted=()
 cleanup() {
-  local i
-  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[i]}" 2>/dev/null || true; done
+  debian_root_unmount "$root"
   # Only once nothing is mounted below it.
   if ! grep -q " $work/" /proc/mounts; then rm -rf "$work"; else echo "left $work (still mounted)" >&2; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-step "packages: cpack -G DEB"
-(cd "$work" && cpack -G DEB --config "$build/CPackConfig.cmake" -B "$work/pkg" >"$work/cpack.log" 2>&1) ||
-  { tail -30 "$work/cpack.log"; fail "cpack"; }
+if [[ -n ${HVD_CLEAN_HOST_DEBS:-} ]]; then
+  step "packages: $HVD_CLEAN_HOST_DEBS"
+  mkdir -p "$work/pkg" && cp "$HVD_CLEAN_HOST_DEBS"/*.deb "$work/pkg/"
+else
+  step "packages: cpack -G DEB"
+  (cd "$work" && cpack -G DEB --config "$build/CPackConfig.cmake" -B "$work/pkg" >"$work/cpack.log" 2>&1) ||
+    { tail -30 "$work/cpack.log"; fail "cpack"; }
+fi
 deb=$(ls "$work"/pkg/hvd_*.deb)
 cuda_deb=$(ls "$work"/pkg/hvd-cuda_*.deb 2>/dev/null || true)
 for d in $deb $cuda_deb; do
@@ -68,42 +67,27 @@ rm -rf "$work/cpu"
 # Cached between runs: the minbase root with build-essential and cmake (a tarball), and apt's
 # archive of downloaded .deb files (bind-mounted into every root: apt still resolves and
 # installs hvd's dependencies below, but downloads each file once).
-mkdir -p "$cache/archives/partial"
-base=$cache/bookworm-minbase-build.tar
+mkdir -p "$cache/archives-$suite/partial"
+base=$cache/$suite-minbase-build.tar
 fresh=0
 # The root lives in memory (~3 GiB once hvd's dependencies are in): dpkg runs faster and the
 # cleanup is one umount.
 mkdir -p "$root"
 mount -t tmpfs -o size=8g,mode=755 tmpfs "$root"
-mounted+=("$root")
 if [[ -f $base ]] && [[ -n $(find "$base" -mtime -7) ]]; then
   step "clean root: cached $(basename "$base") ($(du -m "$base" | cut -f1) MiB)"
   tar -C "$root" -xf "$base"
 else
-  step "clean root: debootstrap --variant=minbase bookworm $mirror"
-  debootstrap --variant=minbase bookworm "$root" "$mirror" >"$work/debootstrap.log" 2>&1 ||
+  step "clean root: debootstrap --variant=minbase $suite $mirror"
+  debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 ||
     { tail -20 "$work/debootstrap.log"; fail "debootstrap"; }
   fresh=1
 fi
 
-mount_in() {  # mount_in TARGET ARGS...: mount ARGS on $root/TARGET, remembered for cleanup
-  local target=$root$1
-  shift
-  mkdir -p "$target"
-  mount "$@" "$target"
-  mounted+=("$target")
-}
-mount_in /proc -t proc proc
-mount_in /sys -t sysfs -o ro sysfs  # hwloc (Open MPI) reads the CPU topology there
-mount_in /dev --bind /dev
-mount_in /dev/pts --bind /dev/pts
-mount_in /dev/shm -t tmpfs -o size=1g tmpfs
-mount_in /var/cache/apt/archives --bind "$cache/archives"
-cp /etc/resolv.conf /etc/hosts "$root/etc/"
-in_root() {
-  chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-    DEBIAN_FRONTEND=noninteractive OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$@"
-}
+debian_root_mount "$root"
+mkdir -p "$root/var/cache/apt/archives"
+mount --bind "$cache/archives-$suite" "$root/var/cache/apt/archives"
+in_root() { debian_root_run "$root" "$@"; }
 # Keep downloaded files (Debian's docker-style configs may delete them; minbase does not).
 apt_in() { in_root apt-get -q -o Dpkg::Use-Pty=0 -o APT::Keep-Downloaded-Packages=true "$@"; }
 
@@ -121,7 +105,7 @@ step "apt-get install ./$(basename "$deb") python3-torch in the clean root"
 mkdir -p "$root/tmp/debs" && cp $deb $cuda_deb "$root/tmp/debs/"
 apt_in update >>"$work/apt.log" 2>&1 || true  # the cached lists serve when the net is slow
 apt_in install -y --no-install-recommends "/tmp/debs/$(basename "$deb")" python3-torch \
-  >"$work/install.log" 2>&1 || { tail -30 "$work/install.log"; fail "apt cannot install $(basename "$deb") on a clean Debian 12"; }
+  >"$work/install.log" 2>&1 || { tail -30 "$work/install.log"; fail "apt cannot install $(basename "$deb") on a clean Debian ($suite)"; }
 echo "installed: $(grep -c '^Setting up' "$work/install.log") packages set up"
 in_root ls /usr/lib/libhvd_ops.so /usr/lib/libhvd_core.so /usr/bin/hvdrun >/dev/null
 [[ ! -e $root/usr/lib/libhvd_nccl.so ]] || fail "the hvd package carries the GPU module"

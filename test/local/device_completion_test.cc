@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // [local] Device work that finishes after launch (Executor::launch + Completion): handles poll
 // it themselves, the background thread goes on, errors and aborts reach the handles.
-#include <catch2/catch.hpp>
 #include <thread>
 
+#include "hvd_catch.h"
 #include "local_cluster.h"
 
 using namespace hvd;
@@ -70,7 +70,7 @@ TEST_CASE("an error of device work after launch fails its handles", "[local]") {
   for (Handle* h : {&h0, &h1}) {
     Status s = h->wait_status();  // blocks until the device work reports
     REQUIRE(s.code() == StatusCode::kInternal);
-    REQUIRE_THAT(s.message(), Catch::Contains("illegal memory access"));
+    REQUIRE_THAT(s.message(), hvd::test::Contains("illegal memory access"));
   }
   opener.join();
 }
@@ -87,7 +87,7 @@ TEST_CASE("an abort fails handles whose device work never finishes", "[local]") 
   for (Handle* h : {&h0, &h1}) {
     Status s = await(*h, "aborted device work");
     REQUIRE(s.code() == StatusCode::kPeerFailure);
-    REQUIRE_THAT(s.message(), Catch::Contains("rank 1 died"));
+    REQUIRE_THAT(s.message(), hvd::test::Contains("rank 1 died"));
   }
 }
 

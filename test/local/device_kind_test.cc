@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // [local] Mixed host and device tensors: negotiated separately, and a name submitted as a host
 // tensor on some ranks and a device tensor on others fails everywhere, naming the ranks.
-#include <catch2/catch.hpp>
-
+#include "hvd_catch.h"
 #include "local_cluster.h"
 
 using namespace hvd;
@@ -23,7 +22,8 @@ TEST_CASE("a tensor on cpu on one rank but cuda on others fails naming the ranks
     Status s = await(h, "mixed device kinds");
     INFO(s.to_string());
     REQUIRE(s.code() == StatusCode::kMismatch);
-    REQUIRE_THAT(s.message(), Catch::Contains("device kind cpu on rank 0 but cuda on ranks 1-2"));
+    REQUIRE_THAT(s.message(),
+                 hvd::test::Contains("device kind cpu on rank 0 but cuda on ranks 1-2"));
   }
   // Host and device tensors in one round go to their own executors.
   Tensor<float> h0({1.0f}), h1({2.0f}), h2({3.0f}), d0({1.0f}), d1({1.0f}), d2({1.0f});

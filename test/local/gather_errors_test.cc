@@ -5,7 +5,7 @@
 
 using namespace hvd;
 using namespace hvd::test;
-using Catch::Matchers::Contains;
+using hvd::test::Contains;
 
 namespace {
 

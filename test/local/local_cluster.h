@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -21,6 +20,7 @@
 #include "hvd/core/local_transport.h"
 #include "hvd/core/runtime.h"
 #include "hvd/ops/cpu_kernels.h"
+#include "hvd_catch.h"
 
 namespace hvd::test {
 

@@ -3,11 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
 #include <thread>
 
+#include "hvd_catch.h"
 #include "mpi_test_util.h"
 
 using hvd::DataType;

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Bad input: clear errors naming tensor, ranks and values; the runtime keeps serving afterwards.
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 
 #include "hvd/core/validation.h"
+#include "hvd_catch.h"
 #include "mpi_test_util.h"
 
 using hvd::DataType;
@@ -76,8 +76,8 @@ TEST_CASE("a name submitted twice while in flight is rejected; the first complet
   if (hvd::rank() == 0 && hvd::size() > 1) {
     REQUIRE_THROWS_WITH(
         hvd::allreduce_async(hvd::TensorView(b.data(), DataType::kFloat32, {3}), "dup"),
-        Catch::Contains("allreduce 'dup': a collective named 'dup' is already in "
-                        "flight on rank 0"));
+        hvd::test::Contains("allreduce 'dup': a collective named 'dup' is already in "
+                            "flight on rank 0"));
   }
   h.wait();
   for (float x : a) REQUIRE(x == 2.0f * hvd::size());
@@ -93,17 +93,17 @@ TEST_CASE("local bad input throws at once with a clear message", "[mpi]") {
                           " is out of range (process set has " + std::to_string(n) + " ranks: 0-" +
                           std::to_string(n - 1) + ")");
   REQUIRE_THROWS_WITH(hvd::broadcast_async(ok, -1, "bad.root2"),
-                      Catch::Contains("root rank -1 is out of range"));
+                      hvd::test::Contains("root rank -1 is out of range"));
   REQUIRE_THROWS_WITH(
       hvd::allreduce_async(hvd::TensorView(nullptr, DataType::kFloat32, {2, 3}), "bad.null"),
       "allreduce 'bad.null': input data is null but shape [2, 3] has 6 elements");
   REQUIRE_THROWS_WITH(
       hvd::allreduce_async(hvd::TensorView(v.data(), DataType::kBool, {4}), "bad.bool"),
-      Catch::Contains("dtype bool cannot be reduced"));
+      hvd::test::Contains("dtype bool cannot be reduced"));
   std::vector<float> out(5);
   REQUIRE_THROWS_WITH(
       hvd::allreduce_async(ok, hvd::TensorView(out.data(), DataType::kFloat32, {5}), "bad.out"),
-      Catch::Contains("does not match input"));
+      hvd::test::Contains("does not match input"));
   // A zero-element tensor with null data is fine.
   hvd::allreduce(hvd::TensorView(nullptr, DataType::kFloat32, {0}), "empty");
   check_still_serving("after.local");

@@ -2,8 +2,7 @@
 // Repeated allgather / alltoall / reducescatter under one name: served from the response cache
 // while nothing changes, renegotiated when one rank's rows or splits change, values right
 // throughout; hvd-owned outputs stay valid while their handle is held.
-#include <catch2/catch.hpp>
-
+#include "hvd_catch.h"
 #include "mpi_test_util.h"
 
 using hvd::DataType;

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // allgather / alltoall / reducescatter errors: messages name tensor, ranks and values.
-#include <catch2/catch.hpp>
 #include <stdexcept>
 
+#include "hvd_catch.h"
 #include "mpi_test_util.h"
 
-using Catch::Matchers::Contains;
 using hvd::DataType;
+using hvd::test::Contains;
 
 namespace {
 

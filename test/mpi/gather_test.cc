@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // allgather / alltoall / reducescatter (and grouped forms) against values every rank computes.
-#include <catch2/catch.hpp>
 #include <cmath>
 
+#include "hvd_catch.h"
 #include "mpi_test_util.h"
 
 using hvd::DataType;

@@ -2,10 +2,10 @@
 // Names: group members and automatic names never meet user names; a group with a different
 // number of tensors on some rank fails on every rank and leaves nothing behind; tens of
 // thousands of names may be in flight at once.
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 
+#include "hvd_catch.h"
 #include "mpi_test_util.h"
 
 using hvd::DataType;

@@ -3,16 +3,16 @@
 // group, an invalid reduce op, a wrong allocator count, a refused add_process_set, a name the
 // response cache holds, a scale factor off by 1e-9) fails every rank's call at once with that
 // rank's reason, instead of leaving the other ranks waiting for it; the job goes on.
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 
+#include "hvd_catch.h"
 #include "mpi_test_util.h"
 
-using Catch::Matchers::Contains;
 using hvd::DataType;
 using hvd::ReduceOp;
+using hvd::test::Contains;
 
 namespace {
 
@@ -45,6 +45,7 @@ TEST_CASE("a mistake on one rank fails every rank's call at once", "[mpi][multir
   std::vector<float> a(4, 1.0f), b(4, 1.0f), out5(5);
   hvd::TensorView va(a.data(), DataType::kFloat32, {4}), vb(b.data(), DataType::kFloat32, {4});
   for (const std::string name : {"one.x", ""}) {  // named and automatic names
+    const auto group_ab = [&] { hvd::grouped_allreduce({va, vb}, name); };
     one_rank_wrong(
         "null input", [&] { hvd::allreduce(va, name); },
         [&] { hvd::allreduce(hvd::TensorView(nullptr, DataType::kFloat32, {4}), name); },
@@ -57,20 +58,14 @@ TEST_CASE("a mistake on one rank fails every rank's call at once", "[mpi][multir
         },
         "does not match input");
     one_rank_wrong(
-        "null group member",
-        [&] {
-          hvd::grouped_allreduce({va, vb}, name);
-        },
+        "null group member", group_ab,
         [&] {
           hvd::grouped_allreduce({va, hvd::TensorView(nullptr, DataType::kFloat32, {4})}, name);
         },
         "input data is null");
     one_rank_wrong(
-        "empty group",
-        [&] {
-          hvd::grouped_allreduce({va, vb}, name);
-        },
-        [&] { hvd::grouped_allreduce({}, name); }, "an empty list of tensors");
+        "empty group", group_ab, [&] { hvd::grouped_allreduce({}, name); },
+        "an empty list of tensors");
     one_rank_wrong(
         "empty allgather group",
         [&] {
@@ -128,15 +123,12 @@ TEST_CASE("a mistake on one rank fails every rank's call at once", "[mpi][multir
       "2 allocators for 1 tensors");
   // add_process_set refused by its caller on one rank (e.g. the Python binding's duplicate-set
   // check): the others' add_process_set fails with that rank's reason and list.
-  one_rank_wrong(
-      "add_process_set refused",
-      [&] {
-        hvd::add_process_set({0, 1});
-      },
-      [&] {
-        hvd::detail::refuse_add_process_set({0, 1}, "a duplicate of set 9");
-      },
-      "add_process_set([0, 1]): a duplicate of set 9");
+  const auto add_01 = [] { hvd::add_process_set({0, 1}); };
+  const auto refuse_01 = [] {
+    hvd::detail::refuse_add_process_set({0, 1}, "a duplicate of set 9");
+  };
+  one_rank_wrong("add_process_set refused", add_01, refuse_01,
+                 "add_process_set([0, 1]): a duplicate of set 9");
   // Scale factors are compared exactly: 1 and 1 + 1e-9 differ (a mismatch, not a refusal).
   const int r = hvd::rank(), last = hvd::size() - 1;
   const std::string err = error_of(

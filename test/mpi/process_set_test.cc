@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Process sets: disjoint sets run different collectives at once; errors name set and ranks.
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 
+#include "hvd_catch.h"
 #include "mpi_test_util.h"
 
-using Catch::Matchers::Contains;
 using hvd::DataType;
 using hvd::ReduceOp;
+using hvd::test::Contains;
 
 namespace {
 

@@ -3,12 +3,12 @@
 // that straddle chunk boundaries, empty ones, pieces under and over the direct-message size,
 // scaling and out-of-place outputs, against closed-form values.
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
 #include <vector>
 
 #include "hvd/ops/mpi_executor.h"
+#include "hvd_catch.h"
 #include "mpi_test_util.h"
 
 using hvd::DataType;

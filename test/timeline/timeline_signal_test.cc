@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -26,6 +25,7 @@
 #include <thread>
 
 #include "hvd/core/timeline.h"
+#include "hvd_catch.h"
 #include "json_lite.h"
 
 using hvd::core::Timeline;
@@ -98,7 +98,7 @@ std::thread kill_when_written(const std::string& path, Watch* w) {
     sigemptyset(&term);
     sigaddset(&term, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &term, nullptr);  // delivered to the thread that writes
-    struct stat st {};
+    struct stat st = {};
     while (::stat(path.c_str(), &st) != 0 || st.st_size <= 5) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
@@ -169,7 +169,7 @@ void slow_handler(int) {
 }
 
 void install(void (*fn)(int), int flags, int masked = 0) {
-  struct sigaction sa {};
+  struct sigaction sa = {};
   sa.sa_handler = fn;
   sa.sa_flags = flags;
   sigemptyset(&sa.sa_mask);

@@ -2,8 +2,9 @@
 // ResponseCache: lookups, LRU eviction, bit reuse and a disabled cache.
 #include "hvd/core/cache.h"
 
-#include <catch2/catch.hpp>
 #include <stdexcept>
+
+#include "hvd_catch.h"
 
 using namespace hvd;
 using namespace hvd::core;

@@ -2,12 +2,13 @@
 // Config parsing: defaults, HVD_/HOROVOD_ spellings, strict values, unknown names.
 #include "hvd/core/config.h"
 
-#include <catch2/catch.hpp>
 #include <map>
+
+#include "hvd_catch.h"
 
 using namespace hvd;
 using namespace hvd::core;
-using Catch::Matchers::Contains;
+using hvd::test::Contains;
 
 namespace {
 
@@ -184,8 +185,8 @@ TEST_CASE("hierarchical allreduce is off by default and read from either spellin
   REQUIRE(unknown.empty());
   auto bad = parse({{"HVD_HIERARCHICAL_ALLREDUCE", "maybe"}}, &unknown);
   REQUIRE_FALSE(bad.ok());
-  REQUIRE_THAT(bad.status().message(), Catch::Contains("HVD_HIERARCHICAL_ALLREDUCE='maybe'"));
+  REQUIRE_THAT(bad.status().message(), hvd::test::Contains("HVD_HIERARCHICAL_ALLREDUCE='maybe'"));
   Config c;
   c.hierarchical_allreduce = true;
-  REQUIRE_THAT(c.dump(), Catch::Contains("HVD_HIERARCHICAL_ALLREDUCE=1"));
+  REQUIRE_THAT(c.dump(), hvd::test::Contains("HVD_HIERARCHICAL_ALLREDUCE=1"));
 }

@@ -6,13 +6,13 @@
 #include "hvd/config.h"
 
 #if HVD_HAVE_NCCL
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "hvd/ops/cpu_kernels.h"
 #include "hvd/ops/nccl/copy_body.h"
+#include "hvd_catch.h"
 
 using namespace hvd;
 using namespace hvd::ops::nccl;

@@ -2,9 +2,10 @@
 // CPU kernels: integer and float scaling, float16/bfloat16 widening and narrowing.
 #include "hvd/ops/cpu_kernels.h"
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <vector>
+
+#include "hvd_catch.h"
 
 using namespace hvd;
 using namespace hvd::ops;

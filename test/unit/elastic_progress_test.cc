@@ -6,12 +6,13 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "hvd_catch.h"
 
 using hvd::elastic::ProgressReporter;
 using namespace std::chrono_literals;

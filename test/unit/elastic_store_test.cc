@@ -7,7 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "hvd/core/elastic_config.h"
+#include "hvd_catch.h"
 
 using namespace hvd::elastic;
 
@@ -125,7 +125,7 @@ TEST_CASE("write_snapshot never creates the state directory", "[unit]") {
   const std::string dir = temp_dir() + "/hvd-elastic-removed";
   const hvd::Status st = write_snapshot(dir, {1, 1, "p"});
   REQUIRE_FALSE(st.ok());
-  CHECK_THAT(st.message(), Catch::Contains("'" + dir + "' does not exist"));
+  CHECK_THAT(st.message(), hvd::test::Contains("'" + dir + "' does not exist"));
   struct stat sb;
   CHECK(::stat(dir.c_str(), &sb) != 0);
   CHECK(errno == ENOENT);
@@ -136,7 +136,7 @@ TEST_CASE("write_snapshot into an impossible directory fails naming the path", "
   spit(file, "x");
   const hvd::Status st = write_snapshot(file + "/sub", {1, 1, "p"});
   REQUIRE_FALSE(st.ok());
-  CHECK_THAT(st.message(), Catch::Contains(file + "/sub"));
+  CHECK_THAT(st.message(), hvd::test::Contains(file + "/sub"));
 }
 
 TEST_CASE("the newest commit wins, sent by the lowest rank holding it", "[unit]") {

@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // reset_for_reuse: a recycled table entry is reset to defaults but keeps its capacity.
-#include <catch2/catch.hpp>
-
 #include "hvd/core/executor.h"
+#include "hvd_catch.h"
 
 using namespace hvd;
 using namespace hvd::core;

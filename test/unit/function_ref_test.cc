@@ -3,8 +3,9 @@
 // and results through.
 #include "hvd/core/function_ref.h"
 
-#include <catch2/catch.hpp>
 #include <string>
+
+#include "hvd_catch.h"
 
 namespace hvd::core {
 namespace {

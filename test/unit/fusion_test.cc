@@ -2,7 +2,7 @@
 // Fusion planning: which consecutive responses become one collective.
 #include "hvd/core/fusion.h"
 
-#include <catch2/catch.hpp>
+#include "hvd_catch.h"
 
 using namespace hvd;
 using namespace hvd::core;

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pure pieces behind allgather / alltoall / reducescatter: fusion of allgather runs, the wire
 // format of their fields, cached responses, the output pool.
-#include <catch2/catch.hpp>
-
 #include "hvd/core/cache.h"
 #include "hvd/core/fusion.h"
 #include "hvd/core/output_pool.h"
+#include "hvd_catch.h"
 
 using namespace hvd;
 using namespace hvd::core;
@@ -201,7 +200,10 @@ TEST_CASE("the output pool reuses returned buffers of a similar size", "[unit]")
 
 TEST_CASE("the output pool frees beyond its cap and may die before its buffers", "[unit]") {
   auto pool = OutputPool::create(500);
-  { auto a = pool->take(400), b = pool->take(400); }
+  {  // two buffers out at once, both back at the end of the block
+    auto a = pool->take(400);
+    auto b = pool->take(400);
+  }
   REQUIRE(pool->idle_buffers() == 1);  // the second would exceed 500 bytes idle: freed
   REQUIRE(pool->idle_bytes() == 400);
   std::shared_ptr<uint8_t> kept = pool->take(1000);

@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Validation of allgather, alltoall, reducescatter, join participation and process-set rank
 // lists: agreed responses and error messages naming tensor, ranks and values.
-#include <catch2/catch.hpp>
-
 #include "hvd/core/validation.h"
 #include "hvd/ops/mpi_executor.h"
+#include "hvd_catch.h"
 
 using namespace hvd;
 using namespace hvd::core;
-using Catch::Matchers::Contains;
+using hvd::test::Contains;
 
 namespace {
 

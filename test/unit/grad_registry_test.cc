@@ -4,12 +4,12 @@
 // ranks, completing at once. Each expected gradient is worked out by hand in the test.
 #include "hvd/optim/grad_registry.h"
 
-#include <catch2/catch.hpp>
 #include <functional>
 #include <optional>
 #include <utility>
 
-using Catch::Matchers::Contains;
+#include "hvd_catch.h"
+
 using hvd::optim::EntryList;
 using hvd::optim::GradEntry;
 using hvd::optim::GradFrontend;
@@ -18,6 +18,7 @@ using hvd::optim::GradReduction;
 using hvd::optim::GradRegistry;
 using hvd::optim::ParamSpec;
 using hvd::optim::ReduceSettings;
+using hvd::test::Contains;
 
 namespace {
 

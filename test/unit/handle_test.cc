@@ -3,7 +3,6 @@
 #include "hvd/core/handle.h"
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "finished.h"  // core/src: the runtime's batch completion
+#include "hvd_catch.h"
 
 namespace hvd::core {
 

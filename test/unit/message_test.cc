@@ -2,8 +2,9 @@
 // Wire format of request and response lists: round trips and rejection of damaged bytes.
 #include "hvd/core/message.h"
 
-#include <catch2/catch.hpp>
 #include <cstring>
+
+#include "hvd_catch.h"
 
 using namespace hvd;
 using namespace hvd::core;

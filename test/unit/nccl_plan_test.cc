@@ -2,11 +2,11 @@
 // NCCL executor planning (pure, every build): fusion layout, copy grid, scaling, and the pack /
 // exchange / unpack layouts of allgather, alltoall and reducescatter replayed on host memory for
 // 1-4 ranks (the [gpu] tier runs only np = 1, so this is where multi-rank layouts are checked).
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
 
 #include "hvd/ops/nccl/plan.h"
+#include "hvd_catch.h"
 
 using namespace hvd;
 using namespace hvd::ops::nccl;

@@ -2,7 +2,7 @@
 // Ring allreduce planning: chunk boundaries, pieces, direct/packed split and staging layout.
 #include "hvd/ops/ring_plan.h"
 
-#include <catch2/catch.hpp>
+#include "hvd_catch.h"
 
 using hvd::ops::plan_ring_chunk;
 using hvd::ops::RingChunk;

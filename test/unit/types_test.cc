@@ -2,7 +2,7 @@
 // dtype tables and 16-bit float conversions.
 #include "hvd/core/types.h"
 
-#include <catch2/catch.hpp>
+#include "hvd_catch.h"
 
 using namespace hvd;
 

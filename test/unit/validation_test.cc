@@ -2,13 +2,14 @@
 // Validation: responses from agreeing requests, errors naming tensor, ranks and values.
 #include "hvd/core/validation.h"
 
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 
+#include "hvd_catch.h"
+
 using namespace hvd;
 using namespace hvd::core;
-using Catch::Matchers::Contains;
+using hvd::test::Contains;
 
 namespace {
 
@@ -99,8 +100,8 @@ TEST_CASE("a reduce op mismatch names both reduce ops", "[unit]") {
 }
 
 TEST_CASE("a broadcast root mismatch names both roots", "[unit]") {
-  auto v = ranks_with(
-      3, {1}, [](Request& r) { r.root = 2; }, OpType::kBroadcast);
+  const auto root_2 = [](Request& r) { r.root = 2; };
+  auto v = ranks_with(3, {1}, root_2, OpType::kBroadcast);
   REQUIRE(build_response(v).error ==
           "broadcast 'layer1.weight': root rank 0 on ranks 0,2 but 2 on rank 1");
 }

@@ -19,7 +19,8 @@ hvd_target_settings(hvd_nccl_impl)
 add_library(hvd_nccl MODULE ${_nccl_dir}/module.cc)
 target_link_libraries(hvd_nccl PRIVATE hvd_nccl_impl)
 # Only the entry point is exported; the static parts stay private to the module.
+# Installed next to libhvd_ops.so: "$ORIGIN" finds hvd's libraries there, whatever the prefix.
 set_target_properties(hvd_nccl PROPERTIES CXX_VISIBILITY_PRESET hidden
-  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR} INSTALL_RPATH "$ORIGIN")
 target_link_options(hvd_nccl PRIVATE -Wl,--exclude-libs,ALL -Wl,--no-undefined)
 hvd_target_settings(hvd_nccl)

@@ -20,11 +20,14 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "hvd/hvd.h"
 #include "hvd/optim/broadcast.h"
+#include "hvd/optim/optimizer_state.h"
 
 namespace hvd::elastic::detail {
 
@@ -121,10 +124,6 @@ const Kind* kind_of(const optim::Optimizer& optimizer) {
   return nullptr;
 }
 
-std::string state_key(const torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
-
 c10::impl::GenericList any_list() { return c10::impl::GenericList(c10::AnyType::get()); }
 
 torch::Tensor bytes_tensor(const std::string& s) {
@@ -157,12 +156,12 @@ c10::IValue optimizer_tree(optim::Optimizer& optimizer) {
     for (const bool* f : n.flags) values.push_back(*f ? 1.0 : 0.0);
     options.push_back(values);
     for (const auto& p : group.params()) {
-      const auto it = optimizer.state().find(state_key(p));
-      if (it == optimizer.state().end()) {
+      optim::OptimizerParamState* state = hvd::optim::optimizer_state(optimizer, p);
+      if (!state) {
         states.push_back(c10::IValue());
         continue;
       }
-      const Numbers s = k->state(*it->second);
+      const Numbers s = k->state(*state);
       c10::List<int64_t> ints;
       for (const int64_t* i : s.ints) ints.push_back(*i);
       auto tensors = any_list();
@@ -216,7 +215,7 @@ void load_optimizer_tree(optim::Optimizer& optimizer, const c10::IValue& tree) {
       if (next >= states.size()) bad_snapshot("more optimized parameters than saved");
       const c10::IValue& saved = states[next++];
       if (saved.isNone()) {
-        optimizer.state().erase(state_key(p));
+        optimizer.state().erase(hvd::optim::optimizer_state_key(p));
         continue;
       }
       std::unique_ptr<optim::OptimizerParamState> state = k->make_state();
@@ -233,7 +232,7 @@ void load_optimizer_tree(optim::Optimizer& optimizer, const c10::IValue& tree) {
                             : tensors[i].toTensor().to(p.device(), /*non_blocking=*/false,
                                                        /*copy=*/true);
       }
-      optimizer.state()[state_key(p)] = std::move(state);
+      optimizer.state()[hvd::optim::optimizer_state_key(p)] = std::move(state);
     }
   }
   if (next != states.size()) bad_snapshot("fewer optimized parameters than saved");

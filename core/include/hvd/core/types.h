@@ -132,8 +132,12 @@ class Shape {
   }
   void assign(const int64_t* first, const int64_t* last) {
     const auto n = static_cast<size_t>(last - first);
-    size_ = 0;
-    grow(n);
+    if (n > cap_) {
+      // Nothing to keep: the old dimensions are replaced.
+      release();
+      heap_ = new int64_t[n];
+      cap_ = static_cast<uint32_t>(n);
+    }
     std::copy(first, last, data());
     size_ = static_cast<uint32_t>(n);
   }
@@ -160,11 +164,15 @@ class Shape {
     }
     return true;
   }
-  // Room for n dimensions (the first size_ kept).
+  // Room for n > size_ dimensions, the first size_ kept. What to keep is read before the
+  // allocation: operator new may be replaced, so the compiler must assume that it changes
+  // size_, and would otherwise see a copy of up to 2^32 dimensions into the new block.
   void grow(size_t n) {
     if (n <= cap_) return;
+    const int64_t* old = data();
+    const size_t keep = std::min<size_t>(size_, n);
     auto* bigger = new int64_t[n];
-    std::copy(begin(), end(), bigger);
+    std::copy(old, old + keep, bigger);
     release();
     heap_ = bigger;
     cap_ = static_cast<uint32_t>(n);
