@@ -14,6 +14,7 @@ PKGS=(
   clang libclang-rt-dev
   libtorch-dev
   python3 python3-dev python3-torch python3-torchvision python3-pytest python3-numpy python3-mpi4py pybind11-dev
+  python3-setuptools
   libdlpack-dev
   slurm-wlm munge
   debootstrap

@@ -2,13 +2,17 @@
 # SPDX-License-Identifier: Apache-2.0
 # Every test tier of the release build (the clean-host install test in the background while the
 # sanitizer builds compile), then core + MPI tests, hvdrun's unit tests and a short elastic job
-# under ASan+UBSan, the [local] tier under TSan, and the lint checks. Called by `make test`.
+# under ASan+UBSan, the [local] tier under TSan, the [debian13] tier (the tree built and tested
+# on Debian 13 in a cached root, from a Debian 12 machine; HVD_SKIP_DEBIAN13=1 leaves it out) and
+# the lint checks. Called by `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 JOBS=$(nproc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
+# Oversubscription for every mpirun the tests start: Open MPI 4's name, then Open MPI 5's
+# (PRRTE maps the processes there).
+export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 fail=0
 
 step() { printf '\n==== %s ====\n' "$*"; }
@@ -87,6 +91,24 @@ finish_clean_host
 if grep -rqs '#define HVD_HAVE_NCCL 1' "$BUILD" --include=config.h; then
   step "GPU check bundle: built, then run with Open MPI, PMIx and the CUDA toolkit hidden"
   { scripts/gpu_bundle.sh "$BUILD" && scripts/gpu_bundle.sh --selftest; } || fail=1
+fi
+
+if [[ "${HVD_SKIP_DEBIAN13:-0}" != 1 ]]; then
+  # The tree built and tested again on Debian 13 (a cached debootstrap root, chroot): GCC 14,
+  # Open MPI 5, Catch2 3, Python 3.13, torch 2.6; then its .deb on a clean Debian 13 root.
+  step "[debian13] tier: build and test on Debian 13 (test/debian13/debian13_tier.sh)"
+  t13=$(date +%s)
+  set +e
+  HVD_HOST_BUILD=$PWD/$BUILD bash test/debian13/debian13_tier.sh "$PWD" 2>&1 |
+    tee "$BUILD/debian13-tier.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  echo "[debian13] tier: exit $rc after $(($(date +%s) - t13)) s"
+  if [[ $rc -eq 77 ]]; then
+    skipped+="debian13.tier($(grep -m1 '^skipped:' "$BUILD/debian13-tier.log" | cut -c10-)) "
+  elif [[ $rc -ne 0 ]]; then
+    fail=1
+  fi
 fi
 
 step "lint"

@@ -61,11 +61,14 @@ step "cpack -G DEB"
 deb=$(ls "$work"/pkg/hvd_*.deb)
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "$(basename "$deb"): Depends: $depends"
-need=(libopenmpi-dev openmpi-bin openssh-client libopenmpi3 libstdc++6)
+# Open MPI's run-time library is libopenmpi3 on Debian 12 and libopenmpi40 on Debian 13: the
+# one dpkg-shlibdeps found must be declared whatever its number.
+need=(libopenmpi-dev openmpi-bin openssh-client "libopenmpi[0-9][0-9]*" libstdc++6)
 grep -q '#define HVD_HAVE_TORCH 1' "$build/core/generated/hvd/config.h" && need+=(libtorch-dev)
 declared=" $(sed -E 's/ \([^)]*\)//g; s/,//g' <<<"$depends") "
 for p in "${need[@]}"; do
-  [[ "$declared" == *" $p "* ]] || { echo "FAIL: the .deb does not declare $p" >&2; exit 1; }
+  [[ $(tr ' ' '\n' <<<"$declared" | grep -cx "$p") -ge 1 ]] ||
+    { echo "FAIL: the .deb does not declare $p" >&2; exit 1; }
 done
 # A machine with nothing installed: apt must find every declared dependency in Debian's archive.
 if compgen -G "/var/lib/apt/lists/*_Packages*" >/dev/null; then
