@@ -87,6 +87,7 @@ int run_agent(const std::vector<std::string>& args) {
   r.program = r.program_found ? found : opt["--program"];
   r.mpirun_found = !find_program("mpirun", opt["--cwd"], path).empty();
   r.orted_found = !find_program("orted", opt["--cwd"], path).empty();
+  r.prted_found = !find_program("prted", opt["--cwd"], path).empty();
 
   double timeout = 5;
   try {

@@ -17,6 +17,7 @@ std::string format_agent_report(const AgentReport& r) {
   out << "HVDAGENT program " << (r.program_found ? "ok " : "missing ") << r.program << "\n";
   out << "HVDAGENT mpirun " << (r.mpirun_found ? "ok" : "missing") << "\n";
   out << "HVDAGENT orted " << (r.orted_found ? "ok" : "missing") << "\n";
+  out << "HVDAGENT prted " << (r.prted_found ? "ok" : "missing") << "\n";
   out << "HVDAGENT done\n";
   return out.str();
 }
@@ -58,11 +59,29 @@ AgentReport parse_agent_report(const std::string& output) {
       r.mpirun_found = rest == "ok";
     } else if (key == "orted") {
       r.orted_found = rest == "ok";
+    } else if (key == "prted") {
+      r.prted_found = rest == "ok";
     } else if (key == "done") {
       r.complete = true;
     }
   }
   return r;
+}
+
+std::string open_mpi_problem(const AgentReport& r, const MpiProfile& mpi, const std::string& host) {
+  const MpiProfile& other = open_mpi_profile(mpi.major >= 5 ? 4 : 5);
+  const bool has_daemon = mpi.daemon == "prted" ? r.prted_found : r.orted_found;
+  const bool has_other = other.daemon == "prted" ? r.prted_found : r.orted_found;
+  if (r.mpirun_found && has_daemon) return "";
+  if (!has_daemon && has_other) {
+    return host + " has " + other.name + " (" + other.daemon + ") but this machine's mpirun is " +
+           mpi.name + " (its daemon " + mpi.daemon +
+           " is not in the PATH of a non-interactive ssh login there); install the same Open MPI "
+           "major version on every host";
+  }
+  return std::string(!has_daemon ? mpi.daemon : "mpirun") + " (" + mpi.name +
+         ") not found in the PATH of a non-interactive ssh login on " + host +
+         "; install Open MPI there, or set PATH where non-interactive shells read it";
 }
 
 }  // namespace hvd::runner

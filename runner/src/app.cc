@@ -7,6 +7,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include "elastic_job.h"
 #include "hvd/runner/cli.h"
@@ -16,6 +17,7 @@
 #include "hvd/runner/launch_command.h"
 #include "hvd/runner/local_system.h"
 #include "hvd/runner/modes.h"
+#include "hvd/runner/mpi_profile.h"
 #include "hvd/runner/slurm.h"
 #include "hvd/runner/supervisor.h"
 #include "network_setup.h"
@@ -96,6 +98,18 @@ void check_program(const Options& o, const std::string& cwd, const std::string& 
   }
 }
 
+// The spellings of the Open MPI behind `mpirun` in the PATH, asked once per hvdrun. A dry run
+// without Open MPI here still prints a command (Open MPI 4's, said so); a launch fails.
+MpiProfile detect_mpi_profile(const Options& o) {
+  const std::string mpirun = LaunchSpec().mpirun;
+  if (auto major = open_mpi_major(mpirun)) return open_mpi_profile(*major);
+  const std::string what = "'" + mpirun + " --version' did not name Open MPI (is it installed " +
+                           "and in the PATH, and not another MPI's mpirun?)";
+  if (!o.dry_run) throw std::runtime_error(what + "; hvdrun launches through Open MPI 4.1 or 5");
+  std::cerr << "hvdrun: " << what << "; showing Open MPI 4's command\n";
+  return open_mpi_profile(4);
+}
+
 std::vector<std::string> environ_entries() {
   std::vector<std::string> out;
   for (char** e = environ; *e != nullptr; ++e) out.emplace_back(*e);
@@ -142,6 +156,7 @@ int launch_elastic(const Options& o, const std::optional<SlurmAllocation>& alloc
   job.path = path;
   job.token = random_token();
   job.environ_entries = environ_entries();
+  job.mpi = detect_mpi_profile(o);
   boost::asio::io_context io;
   ControlServer server(io, job.token);
   server.start();
@@ -171,7 +186,9 @@ int launch(const Options& o) {
   const std::string token = random_token();
   const std::vector<std::string> env_entries = environ_entries();
 
-  LaunchSpec spec = base_launch_spec(o, np, used, all_local, alloc.has_value(), env_entries);
+  const MpiProfile mpi = detect_mpi_profile(o);
+  if (o.verbose) std::cerr << "hvdrun: mpirun is " << mpi.name << "\n";
+  LaunchSpec spec = base_launch_spec(o, np, used, all_local, alloc.has_value(), env_entries, mpi);
   std::vector<std::string> nccl_names;
   for (const auto& i : o.network_interfaces) {
     spec.mpi_interfaces.push_back(i);
@@ -195,7 +212,8 @@ int launch(const Options& o) {
   boost::asio::io_context io;
   ControlServer server(io, token);
   server.start();
-  NetworkSetup net = prepare_network(io, o, {remote, server.port(), token, self, cwd, path, {}});
+  NetworkSetup net =
+      prepare_network(io, o, {remote, server.port(), token, self, cwd, path, mpi, {}});
   if (!net.ok) {
     std::cerr << net.report;
     return kExitPreflight;
@@ -207,6 +225,7 @@ int launch(const Options& o) {
   spec.wrapper = rank_wrapper_prefix(self, connect, token, o, 0);
   SuperviseConfig sc;
   sc.mpirun_argv = build_mpirun_command(spec);
+  sc.tag_end = mpi.tag_end;
   sc.np = np;
   sc.grace_s = o.grace_period_s;
   sc.verbose = o.verbose;

@@ -20,7 +20,8 @@ constexpr const char* kFooter = R"(Examples:
 Inside a Slurm allocation (salloc, sbatch: SLURM_JOB_NODELIST set) -np and -H may be left out:
 the allocation gives the hosts and slots; -np/-H may ask for part of it, never more.
 Before launching, every remote host is checked in parallel (DNS, ssh port, key login, host key,
-program/mpirun/orted present, which network reaches the master); one report lists all problems.
+program, mpirun and Open MPI's daemon present (orted; Open MPI 5: prted), which network reaches
+the master); one report lists all problems.
 Each output line is prefixed with its rank: [3]<stdout>: ...
 Exit codes: 0 all ranks succeeded; 2 bad command line; 4 preflight failed; 5 mpirun failed
 without a rank's code; 130/143 interrupted (SIGINT/SIGTERM); otherwise the exit code of the

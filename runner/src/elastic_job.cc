@@ -182,7 +182,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
       spares_passed.erase(s);
     }
     NetworkSetup net = prepare_network(
-        io, o, {remote, server.port(), job.token, job.self, job.cwd, job.path, known});
+        io, o, {remote, server.port(), job.token, job.self, job.cwd, job.path, job.mpi, known});
     if (!net.ok) {
       std::cerr << net.report;
       for (const auto& h : net.failed_hosts) blacklist_host(h, "it failed the preflight");
@@ -196,7 +196,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     known = net.checked;
     // 3. The generation, with the host source watched every 250 ms.
     LaunchSpec spec = base_launch_spec(o, plan.np, plan.used, remote.empty(),
-                                       job.in_slurm_allocation, job.environ_entries);
+                                       job.in_slurm_allocation, job.environ_entries, job.mpi);
     spec.mpi_interfaces = net.mpi_interfaces;
     spec.env = forwarded_env(o, job.environ_entries, net.nccl_names);
     for (auto& e : elastic_env(dir, generation)) spec.env.push_back(e);
@@ -206,6 +206,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
                             job.token, o, generation);
     SuperviseConfig sc;
     sc.mpirun_argv = build_mpirun_command(spec);
+    sc.tag_end = job.mpi.tag_end;
     sc.np = plan.np;
     sc.grace_s = o.grace_period_s;
     sc.verbose = o.verbose;
@@ -257,7 +258,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     if (!spare.empty()) {
       spare_checks.push_back(
           {start_spare_preflight(
-               io, o, {spare, server.port(), job.token, job.self, job.cwd, job.path, {}}),
+               io, o, {spare, server.port(), job.token, job.self, job.cwd, job.path, job.mpi, {}}),
            false});
     }
     GenerationOutcome outcome;

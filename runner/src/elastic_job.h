@@ -10,6 +10,7 @@
 #include "hvd/runner/cli.h"
 #include "hvd/runner/control_server.h"
 #include "hvd/runner/hosts.h"
+#include "hvd/runner/mpi_profile.h"
 
 namespace hvd::runner {
 
@@ -27,6 +28,7 @@ struct ElasticJob {
   std::string path;
   std::string token;
   std::vector<std::string> environ_entries;
+  MpiProfile mpi;  // this machine's mpirun, detected once for every generation
 };
 
 // Runs generations until one succeeds (every rank exited 0, rank 0 completed) or the job gives

@@ -15,8 +15,10 @@ std::string seconds_text(double s) {
 }
 
 LaunchSpec base_launch_spec(const Options& o, int np, std::vector<HostSlots> hosts, bool all_local,
-                            bool in_slurm_allocation, const std::vector<std::string>& environ) {
+                            bool in_slurm_allocation, const std::vector<std::string>& environ,
+                            const MpiProfile& mpi) {
   LaunchSpec spec;
+  spec.mpi = mpi;
   spec.np = np;
   spec.hosts = std::move(hosts);
   spec.all_local = all_local;
@@ -27,6 +29,9 @@ LaunchSpec base_launch_spec(const Options& o, int np, std::vector<HostSlots> hos
   spec.output_dir = o.output_dir;
   spec.command = o.command;
   spec.yield_when_idle = !sets_mca_param(environ, "mpi_yield_when_idle");
+  for (const auto& [name, value] : mpi.mca_defaults) {
+    if (!sets_mca_param(environ, name)) spec.mca.emplace_back(name, value);
+  }
   return spec;
 }
 
@@ -51,34 +56,39 @@ std::string ssh_agent_command(int ssh_port, const std::string& identity) {
 }
 
 std::vector<std::string> build_mpirun_command(const LaunchSpec& s) {
+  const MpiProfile& m = s.mpi;
   std::vector<std::string> c{s.mpirun};
+  auto add = [&c](const std::vector<std::string>& words) {
+    c.insert(c.end(), words.begin(), words.end());
+  };
   if (s.as_root) c.push_back("--allow-run-as-root");
-  c.insert(c.end(), {"-np", std::to_string(s.np), "-H", format_host_list(s.hosts)});
-  c.insert(c.end(), {"--bind-to", "none"});
+  add({"-np", std::to_string(s.np), "-H", format_host_list(s.hosts)});
+  add({"--bind-to", "none"});
   if (s.all_local) {
-    c.push_back("--oversubscribe");
+    add(m.oversubscribe);
   } else {
-    if (s.in_slurm_allocation) c.insert(c.end(), {"--mca", "plm", "rsh"});
-    c.insert(c.end(), {"--mca", "plm_rsh_agent", ssh_agent_command(s.ssh_port, s.ssh_identity)});
+    if (s.in_slurm_allocation) add({m.runtime_mca, "plm", m.ssh_launcher});
+    add({m.runtime_mca, m.ssh_agent_param, ssh_agent_command(s.ssh_port, s.ssh_identity)});
   }
-  if (s.elastic) c.insert(c.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
-  if (s.yield_when_idle) c.insert(c.end(), {"--mca", "mpi_yield_when_idle", "1"});
+  if (s.elastic && !m.sigkill_timeout.empty()) add({m.runtime_mca, m.sigkill_timeout, "0"});
+  if (s.yield_when_idle) add({"--mca", "mpi_yield_when_idle", "1"});
+  for (const auto& [name, value] : s.mca) add({"--mca", name, value});
   if (!s.mpi_interfaces.empty()) {
     std::string list;
     for (const auto& i : s.mpi_interfaces) list += (list.empty() ? "" : ",") + i;
-    c.insert(c.end(), {"--mca", "oob_tcp_if_include", list, "--mca", "btl_tcp_if_include", list});
+    add({m.runtime_mca, m.oob_if_include, list, "--mca", "btl_tcp_if_include", list});
   }
   if (s.output_dir.empty()) {
-    c.push_back("--tag-output");
+    add(m.tag_output);
   } else {
-    c.insert(c.end(), {"--output-filename", s.output_dir});
+    add(output_dir_words(m, s.output_dir));
   }
   for (const auto& e : s.env) {
     c.push_back("-x");
     c.push_back(e.value ? e.name + "=" + *e.value : e.name);
   }
-  c.insert(c.end(), s.wrapper.begin(), s.wrapper.end());
-  c.insert(c.end(), s.command.begin(), s.command.end());
+  add(s.wrapper);
+  add(s.command);
   return c;
 }
 

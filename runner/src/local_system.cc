@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Queries about this machine: hostname, interfaces, own path, program lookup, tokens.
+// Queries about this machine: hostname, interfaces, own path, program lookup, tokens, the
+// Open MPI version.
 #include "hvd/runner/local_system.h"
 
 #include <arpa/inet.h>
@@ -13,6 +14,9 @@
 #include <climits>
 #include <cstdio>
 #include <random>
+
+#include "hvd/runner/launch_command.h"
+#include "hvd/runner/mpi_profile.h"
 
 namespace hvd::runner {
 
@@ -51,7 +55,7 @@ std::string self_executable() {
 
 namespace {
 bool executable_file(const std::string& p) {
-  struct stat st {};
+  struct stat st = {};
   return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
 }
 }  // namespace
@@ -86,6 +90,16 @@ std::string random_token() {
   char buf[33];
   std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
   return buf;
+}
+
+std::optional<int> open_mpi_major(const std::string& mpirun) {
+  FILE* f = popen((shell_quote(mpirun) + " --version 2>/dev/null").c_str(), "r");
+  if (f == nullptr) return std::nullopt;
+  std::string out;
+  char buf[256];
+  while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+  pclose(f);
+  return parse_open_mpi_major(out);
 }
 
 }  // namespace hvd::runner

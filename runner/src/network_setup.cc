@@ -35,6 +35,7 @@ PreflightConfig preflight_config(const Options& o, const NetworkTarget& t,
   }
   pc.listener_port = t.listener_port;
   pc.token = t.token;
+  pc.mpi = t.mpi;
   return pc;
 }
 

@@ -33,6 +33,7 @@ struct NetworkTarget {
   std::string self;  // hvdrun's own path
   std::string cwd;
   std::string path;  // PATH
+  MpiProfile mpi;    // this machine's mpirun (the preflight checks its daemon on each host)
   // Hosts that passed a preflight of this job before: not checked again, their networks
   // taken from here (elastic mode's later generations).
   std::vector<HostNetwork> known;

@@ -130,12 +130,8 @@ void HostCheck::agent_done(int status) {
                      : std::string("looked in the PATH forwarded from this machine")) +
                 "); copy it to the same path on every host");
   }
-  if (!r.orted_found || !r.mpirun_found) {
-    p.push_back(std::string(!r.orted_found ? "orted" : "mpirun") +
-                " (Open MPI) not found in the PATH of a non-interactive ssh login on " +
-                result_.host +
-                "; install Open MPI there, or set PATH where non-interactive shells read it");
-  }
+  std::string mpi = open_mpi_problem(r, config_.mpi, result_.host);
+  if (!mpi.empty()) p.push_back(mpi);
   if (r.reached.empty()) {
     std::string tried;
     for (const auto& u : r.unreached) tried += (tried.empty() ? "" : "; ") + u;

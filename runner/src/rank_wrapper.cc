@@ -3,7 +3,7 @@
 // process group, reports HELLO/EXIT to the master and relays TERM/KILL (protocol in wire.h).
 // The program dies with the wrapper (PR_SET_PDEATHSIG), and the wrapper stops the program when
 // the master's connection drops or the master is silent (no PING) for the heartbeat timeout,
-// so neither a dead or frozen master nor a killed orted leaves it behind.
+// so neither a dead or frozen master nor a killed orted (Open MPI 5: prted) leaves it behind.
 // In elastic mode it also forwards the program's progress reports (HVD_ELASTIC_PROGRESS_FILE,
 // polled twice a second) to the master's step watchdog as BEAT lines (elastic_watchdog.h).
 #include <sys/prctl.h>

@@ -200,8 +200,9 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   };
   if (cfg.elastic && cfg.step_timeout_s > 0) watch();
 
-  mpirun.on_stdout([&](const std::string& l) { write_line(1, cfg.retag ? retag_line(l) : l); });
-  mpirun.on_stderr([&](const std::string& l) { write_line(2, cfg.retag ? retag_line(l) : l); });
+  auto retag = [&cfg](const std::string& l) { return cfg.retag ? retag_line(l, cfg.tag_end) : l; };
+  mpirun.on_stdout([&](const std::string& l) { write_line(1, retag(l)); });
+  mpirun.on_stderr([&](const std::string& l) { write_line(2, retag(l)); });
   mpirun.on_exit([&](int status) {
     mpirun_done = true;
     mpirun_code = exit_code_from_wait_status(status);

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """[elastic] hvdrun SIGKILLed while its ranks train on two fake hosts (test/hosts/testhosts.sh:
-network namespaces with their own sshd): no rank, rank wrapper, mpirun or orted may outlive it
-by more than a few seconds on any host, and the wrappers remove the job's state directory.
+network namespaces with their own sshd): no rank, rank wrapper, mpirun or Open MPI daemon (orted;
+Open MPI 5: prted) may outlive it by more than a few seconds on any host, and the wrappers remove
+the job's state directory.
 
 usage: elastic_orphans_test.py HVDRUN PYTHON     exit 0 pass, 1 fail, 77 skipped"""
 import os
@@ -37,6 +38,12 @@ def processes(*markers):
     return found
 
 
+def daemons():
+    """Open MPI's daemons on the fake hosts (Open MPI 4: orted, 5: prted; their command lines
+    hold the master's address on the rig's subnet)."""
+    return processes("orted", SUBNET) + processes("prted", SUBNET)
+
+
 if subprocess.run([RIG, "check"]).returncode != 0:
     sys.exit(77)
 if subprocess.run([RIG, "up", "2"]).returncode != 0:
@@ -58,20 +65,20 @@ try:
             break
         time.sleep(0.2)
     before = processes(out)
-    orted = processes("orted", SUBNET)
+    orted = daemons()
     stderr = open(os.path.join(work, "stderr")).read()
     dirs = set(re.findall(r"HVD_ELASTIC_STATE_DIR=(\S+)", stderr))
-    print(f"{len(before)} processes of the job and {len(orted)} orted when hvdrun is killed")
+    print(f"{len(before)} processes of the job and {len(orted)} Open MPI daemons when hvdrun is killed")
     if proc.poll() is not None or len(before) < 4 or not orted:
         failures.append("the job runs on both fake hosts when hvdrun is killed")
         print(stderr[-3000:])
     killed = time.time()
     proc.kill()
     proc.wait()
-    left = processes(out) + processes("orted", SUBNET)
+    left = processes(out) + daemons()
     while left and time.time() - killed < 15:
         time.sleep(0.1)
-        left = processes(out) + processes("orted", SUBNET)
+        left = processes(out) + daemons()
     print(f"{len(left)} left {time.time() - killed:.1f} s after hvdrun's SIGKILL: {left}")
     if left or time.time() - killed > 10:
         failures.append(f"no process of the job outlives hvdrun by 10 s ({left})")

@@ -32,7 +32,7 @@ expect() { # description, haystack-file, needle
 leftovers() {
     local p out=""
     for p in $(ip netns pids "$1" 2>/dev/null); do
-        [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = /usr/sbin/sshd ] && continue
+        [ "/proc/$p/exe" -ef /usr/sbin/sshd ] && continue
         out+="$p:$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-60) "
     done
     echo "$out"
@@ -54,7 +54,13 @@ ns_a=$(readlink "/proc/$(cat "/run/${P}-testhosts/$A/sshd.pid")/ns/net")
 ns_b=$(readlink "/proc/$(cat "/run/${P}-testhosts/$B/sshd.pid")/ns/net")
 expect "rank 0 runs in $A's network namespace" "$WORK/run.out" "rank=0 size=4 host=$A netns=$ns_a"
 expect "rank 3 runs in $B's network namespace" "$WORK/run.out" "rank=3 size=4 host=$B netns=$ns_b"
-expect "MPI traffic is kept on the rig's subnet" "$WORK/run.out" "oob_tcp_if_include ${HVD_TESTHOSTS_SUBNET}.0/24"
+expect "MPI traffic is kept on the rig's subnet" "$WORK/run.out" "btl_tcp_if_include ${HVD_TESTHOSTS_SUBNET}.0/24"
+# Open MPI 4's runtime reads oob_tcp_if_include, Open MPI 5's (PRRTE) prte_if_include.
+if grep -qE -- "(oob_tcp|prte)_if_include ${HVD_TESTHOSTS_SUBNET}.0/24" "$WORK/run.out"; then
+    pass "... and Open MPI's runtime traffic too"
+else
+    fail "no oob_tcp_if_include/prte_if_include ${HVD_TESTHOSTS_SUBNET}.0/24 in the mpirun command"
+fi
 grep -o "preflight passed for 2 host(s) in [0-9.]* s" "$WORK/run.out" | sed 's/^/measured: /'
 
 # 2. Preflight: unknown host key on A and sshd down on B, reported together, nothing started.

@@ -80,7 +80,7 @@ need_root() { [ "$(id -u)" = 0 ] || die "must run as root"; }
 
 check_tools() {
     local t
-    for t in ip unshare nsenter ssh ssh-keygen "$SSHD" awk; do
+    for t in ip unshare nsenter ssh ssh-keygen "$SSHD" awk mountpoint; do
         command -v "$t" >/dev/null 2>&1 || die "missing tool: $t"
     done
 }
@@ -144,7 +144,9 @@ sshd_pid() { # host -> pid of its (listening) sshd, or nothing
     local f="$STATE/$1/sshd.pid" p
     [ -f "$f" ] || return 0
     p=$(cat "$f" 2>/dev/null || true)
-    [ -n "$p" ] && [ -d "/proc/$p" ] && [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$SSHD" ] && echo "$p"
+    # -ef compares the files, not the paths: /proc/PID/exe of a process in another mount
+    # namespace reads as the path outside a chroot (/var/tmp/root/usr/sbin/sshd)
+    [ -n "$p" ] && [ -d "/proc/$p" ] && [ "/proc/$p/exe" -ef "$SSHD" ] && echo "$p"
     return 0
 }
 
@@ -336,10 +338,13 @@ cmd_down() {
     etc_hosts_remove
     rm -f "$DROPIN"
     # Open MPI names per-node files after the node's hostname; fake hosts that
-    # were SIGKILLed (crash tests) leave them in the shared /tmp and /dev/shm.
+    # were SIGKILLed (crash tests) leave them in the shared /tmp and /dev/shm
+    # (Open MPI 4: ompi.H.UID, vader_segment.H.*; Open MPI 5: prted.H.PID.UID,
+    # sm_segment.H.*).
     local f
-    for f in /tmp/ompi."${PREFIX}"* /dev/shm/vader_segment."${PREFIX}"*; do
-        [[ "$f" =~ ^/tmp/ompi\.${PREFIX}[0-9]+\.[0-9]+$|^/dev/shm/vader_segment\.${PREFIX}[0-9]+\. ]] && rm -rf -- "$f"
+    for f in /tmp/ompi."${PREFIX}"* /tmp/prte*."${PREFIX}"* /dev/shm/vader_segment."${PREFIX}"* \
+             /dev/shm/sm_segment."${PREFIX}"*; do
+        [[ "$f" =~ ^/tmp/ompi\.${PREFIX}[0-9]+\.[0-9]+$|^/tmp/prte[a-z]*\.${PREFIX}[0-9]+\.[0-9.]+$|^/dev/shm/(vader|sm)_segment\.${PREFIX}[0-9]+\. ]] && rm -rf -- "$f"
     done
     if [ -f "$STATE/created_run_sshd" ]; then rmdir /run/sshd 2>/dev/null || true; fi
     rm -rf "$STATE"
@@ -371,9 +376,12 @@ export HVD_TESTHOSTS_SSH_CONFIG="$STATE/ssh_config"
 export HVD_TESTHOSTS_CIDR="$CIDR"
 export HVD_TESTHOSTS_MASTER_IP="$MASTER_IP"
 # Open MPI: ssh via our config (works without the /etc drop-in too), and keep
-# its TCP traffic on the test bridge.
+# its TCP traffic on the test bridge. Open MPI 4 reads OMPI_MCA_*; Open MPI 5's
+# runtime (PRRTE) reads PRTE_MCA_* under its own names.
 export OMPI_MCA_plm_rsh_agent="ssh -F $STATE/ssh_config"
 export OMPI_MCA_oob_tcp_if_include="$CIDR"
+export PRTE_MCA_plm_ssh_agent="ssh -F $STATE/ssh_config"
+export PRTE_MCA_prte_if_include="$CIDR"
 export OMPI_MCA_btl_tcp_if_include="$CIDR"
 EOF
 }
@@ -384,9 +392,15 @@ cmd_check() {
     local why="" t
     [ "$(id -u)" = 0 ] || why="needs root (network namespaces, sshd, /etc/hosts)"
     if [ -z "$why" ]; then
-        for t in ip unshare nsenter ssh ssh-keygen "$SSHD" awk mpirun; do
+        for t in ip unshare nsenter ssh ssh-keygen "$SSHD" awk mountpoint mpirun; do
             command -v "$t" >/dev/null 2>&1 || { why="missing tool: $t"; break; }
         done
+    fi
+    # `ip netns exec` makes / a slave mount: in a chroot whose root is no mount point (plain
+    # `chroot DIR`) that fails with EINVAL. Bind-mounting the root onto itself first
+    # (`mount --rbind DIR DIR`, e.g. in a private mount namespace) makes it one.
+    if [ -z "$why" ] && ! mountpoint -q /; then
+        why="/ is not a mount point (a chroot?): ip netns exec cannot run here; bind-mount the root onto itself before chroot (mount --rbind DIR DIR)"
     fi
     if [ -z "$why" ]; then
         if ip netns add "${PREFIX}check$$" 2>/dev/null; then
@@ -422,7 +436,9 @@ cmd_exec() { # host cmd...
     local h=$1; shift
     local p; p=$(sshd_pid "$h")
     [ -n "$p" ] || die "sshd of $h not running (exec enters its namespaces)"
-    exec nsenter -t "$p" -n -u -m -- "$@"
+    # -r: sshd's root too (entering a mount namespace resets the root to the namespace's: in a
+    # chroot that would leave it)
+    exec nsenter -t "$p" -n -u -m -r -- "$@"
 }
 
 case "${1:-}" in

@@ -2,12 +2,11 @@
 // [unit] hvdrun's command line: flags, program arguments, bad input and its messages.
 #include "hvd/runner/cli.h"
 
-#include <catch2/catch.hpp>
-
 #include "hvd/runner/errors.h"
+#include "hvd_catch.h"
 
 using namespace hvd::runner;
-using Catch::Matchers::Contains;
+using hvd::test::Contains;
 
 namespace {
 std::string usage_error(const std::vector<std::string>& args) {

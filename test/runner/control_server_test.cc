@@ -6,10 +6,11 @@
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
 #include <vector>
+
+#include "hvd_catch.h"
 
 using namespace hvd::runner;
 namespace asio = boost::asio;

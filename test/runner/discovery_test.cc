@@ -3,8 +3,9 @@
 #include "discovery.h"
 
 #include <boost/asio/io_context.hpp>
-#include <catch2/catch.hpp>
 #include <chrono>
+
+#include "hvd_catch.h"
 
 using namespace hvd::runner;
 namespace asio = boost::asio;

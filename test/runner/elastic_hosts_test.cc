@@ -4,11 +4,11 @@
 #include "hvd/runner/elastic_hosts.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <random>
 #include <set>
 
 #include "hvd/runner/cli.h"
+#include "hvd_catch.h"
 #include "usage_error.h"
 
 using namespace hvd::runner;
@@ -30,12 +30,12 @@ TEST_CASE("the discovery script's lines give hosts, slots default to --slots-per
 TEST_CASE("bad discovery output is rejected naming the line", "[unit]") {
   auto d = parse_discovery_output("a:2\nb:x\n", 1);
   CHECK(d.hosts.empty());
-  CHECK_THAT(d.error, Catch::Contains("line 2 'b:x'"));
-  CHECK_THAT(d.error, Catch::Contains("whole number"));
-  CHECK_THAT(parse_discovery_output("a:0", 1).error, Catch::Contains("at least 1 slot"));
-  CHECK_THAT(parse_discovery_output("a\na:2", 1).error, Catch::Contains("listed twice"));
-  CHECK_THAT(parse_discovery_output("a b", 1).error, Catch::Contains("not a host name"));
-  CHECK_THAT(parse_discovery_output(":3", 1).error, Catch::Contains("not a host name"));
+  CHECK_THAT(d.error, hvd::test::Contains("line 2 'b:x'"));
+  CHECK_THAT(d.error, hvd::test::Contains("whole number"));
+  CHECK_THAT(parse_discovery_output("a:0", 1).error, hvd::test::Contains("at least 1 slot"));
+  CHECK_THAT(parse_discovery_output("a\na:2", 1).error, hvd::test::Contains("listed twice"));
+  CHECK_THAT(parse_discovery_output("a b", 1).error, hvd::test::Contains("not a host name"));
+  CHECK_THAT(parse_discovery_output(":3", 1).error, hvd::test::Contains("not a host name"));
 }
 
 TEST_CASE("a blacklisted host's cooldown is random within MIN..MAX, backing off per failure",
@@ -116,9 +116,9 @@ TEST_CASE("below --min-np free slots no generation starts, and the plan says why
   auto p = plan_generation(hs({{"a", 1}, {"b", 2}}), b, 1, 2, 0);
   CHECK_FALSE(p.ready);
   CHECK(p.available_slots == 1);
-  CHECK_THAT(p.why_not, Catch::Contains("1 slot(s) available (a:1)"));
-  CHECK_THAT(p.why_not, Catch::Contains("blacklisted: b"));
-  CHECK_THAT(p.why_not, Catch::Contains("--min-np 2"));
+  CHECK_THAT(p.why_not, hvd::test::Contains("1 slot(s) available (a:1)"));
+  CHECK_THAT(p.why_not, hvd::test::Contains("blacklisted: b"));
+  CHECK_THAT(p.why_not, hvd::test::Contains("--min-np 2"));
   // After the cooldown the host is back.
   CHECK(plan_generation(hs({{"a", 1}, {"b", 2}}), b, 6, 2, 0).np == 3);
   CHECK_FALSE(plan_generation({}, b, 0, 1, 0).ready);
@@ -209,21 +209,22 @@ TEST_CASE("hvdrun takes Horovod's elastic flags", "[unit]") {
 TEST_CASE("bad elastic flags are refused with the fix", "[unit]") {
   auto err = [](std::vector<std::string> a) { return usage_error([&] { parse_command_line(a); }); };
   CHECK_THAT(err({"-np", "2", "--max-np", "4", "prog"}),
-             Catch::Contains("--max-np needs elastic mode"));
+             hvd::test::Contains("--max-np needs elastic mode"));
   CHECK_THAT(err({"-np", "2", "--blacklist-cooldown-range", "1", "2", "prog"}),
-             Catch::Contains("--blacklist-cooldown-range needs elastic mode"));
+             hvd::test::Contains("--blacklist-cooldown-range needs elastic mode"));
   CHECK_THAT(err({"--min-np", "3", "--max-np", "2", "prog"}),
-             Catch::Contains("--max-np 2 must be at least --min-np 3"));
+             hvd::test::Contains("--max-np 2 must be at least --min-np 3"));
   CHECK_THAT(err({"-np", "5", "--min-np", "1", "--max-np", "4", "prog"}),
-             Catch::Contains("-np 5 is above --max-np 4"));
-  CHECK_THAT(err({"--host-discovery-script", "d.sh", "prog"}), Catch::Contains("needs --min-np N"));
+             hvd::test::Contains("-np 5 is above --max-np 4"));
+  CHECK_THAT(err({"--host-discovery-script", "d.sh", "prog"}),
+             hvd::test::Contains("needs --min-np N"));
   CHECK_THAT(err({"--min-np", "1", "--host-discovery-script", "d.sh", "-H", "a", "prog"}),
-             Catch::Contains("drop the other"));
+             hvd::test::Contains("drop the other"));
   CHECK_THAT(err({"--min-np", "1", "--blacklist-cooldown-range", "9", "3", "prog"}),
-             Catch::Contains("0 <= MIN <= MAX"));
+             hvd::test::Contains("0 <= MIN <= MAX"));
   CHECK_THAT(err({"--min-np", "1", "--blacklist-cooldown-range", "9", "prog"}),
-             Catch::Contains("--blacklist-cooldown-range"));
+             hvd::test::Contains("--blacklist-cooldown-range"));
   CHECK_THAT(err({"--min-np", "1", "--elastic-timeout", "0", "prog"}),
-             Catch::Contains("--elastic-timeout must be a positive"));
-  CHECK_THAT(err({"prog"}), Catch::Contains("missing -np"));
+             hvd::test::Contains("--elastic-timeout must be a positive"));
+  CHECK_THAT(err({"prog"}), hvd::test::Contains("missing -np"));
 }

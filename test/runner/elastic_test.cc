@@ -2,11 +2,11 @@
 // [unit] elastic mode's planning: when a generation counts as success, restart or give up.
 #include "hvd/runner/elastic.h"
 
-#include <catch2/catch.hpp>
 #include <csignal>
 
 #include "hvd/runner/cli.h"
 #include "hvd/runner/errors.h"
+#include "hvd_catch.h"
 #include "usage_error.h"
 
 using namespace hvd::runner;
@@ -18,8 +18,8 @@ TEST_CASE("a generation succeeds only when every rank exited 0 and rank 0 comple
   CHECK(d.exit_code == 0);
   d = decide_after_generation({0, false, 0}, 0, -1);
   CHECK(d.step == NextStep::kRestart);
-  CHECK_THAT(d.message, Catch::Contains("rank 0 never reported completion"));
-  CHECK_THAT(d.message, Catch::Contains("starting generation 1"));
+  CHECK_THAT(d.message, hvd::test::Contains("rank 0 never reported completion"));
+  CHECK_THAT(d.message, hvd::test::Contains("starting generation 1"));
 }
 
 TEST_CASE("a failed generation restarts until --reset-limit restarts were made", "[unit]") {
@@ -29,8 +29,8 @@ TEST_CASE("a failed generation restarts until --reset-limit restarts were made",
   auto d = decide_after_generation(killed, 2, 2);
   CHECK(d.step == NextStep::kGiveUp);
   CHECK(d.exit_code == 137);
-  CHECK_THAT(d.message, Catch::Contains("--reset-limit 2"));
-  CHECK_THAT(d.message, Catch::Contains("SIGKILL"));
+  CHECK_THAT(d.message, hvd::test::Contains("--reset-limit 2"));
+  CHECK_THAT(d.message, hvd::test::Contains("SIGKILL"));
   CHECK(decide_after_generation(killed, 0, 0).step == NextStep::kGiveUp);
   CHECK(decide_after_generation(killed, 1000, -1).step == NextStep::kRestart);
   // An early exit 0 that reaches the limit still fails the job.
@@ -73,9 +73,9 @@ TEST_CASE("--min-np and --reset-limit parse and are checked", "[unit]") {
   CHECK_THAT(usage_error([] {
                parse_command_line({"-np", "2", "--min-np", "3", "prog"});
              }),
-             Catch::Contains("--min-np 3 must be between 1 and -np 2"));
+             hvd::test::Contains("--min-np 3 must be between 1 and -np 2"));
   CHECK_THAT(usage_error([] {
                parse_command_line({"-np", "2", "--reset-limit", "1", "prog"});
              }),
-             Catch::Contains("--reset-limit needs elastic mode"));
+             hvd::test::Contains("--reset-limit needs elastic mode"));
 }

@@ -2,7 +2,7 @@
 // [unit] the step watchdog: which ranks count as stalled, on an injected clock.
 #include "hvd/runner/elastic_watchdog.h"
 
-#include <catch2/catch.hpp>
+#include "hvd_catch.h"
 
 using namespace hvd::runner;
 
@@ -40,8 +40,8 @@ TEST_CASE("a rank that keeps reporting is never stalled, a silent one is", "[uni
   }
   auto s = w.check(100.5);
   REQUIRE(s.has_value());
-  CHECK_THAT(describe_stall(*s, w), Catch::Contains("rank 1 (b) made no progress for 61.5 s"));
-  CHECK_THAT(describe_stall(*s, w), Catch::Contains("--elastic-step-timeout 5"));
+  CHECK_THAT(describe_stall(*s, w), hvd::test::Contains("rank 1 (b) made no progress for 61.5 s"));
+  CHECK_THAT(describe_stall(*s, w), hvd::test::Contains("--elastic-step-timeout 5"));
 }
 
 TEST_CASE("finished ranks are not watched; a timeout of 0 disables the watchdog", "[unit]") {

@@ -2,9 +2,8 @@
 // [unit] host specs, hostfiles, slot assignment and rank placement.
 #include "hvd/runner/hosts.h"
 
-#include <catch2/catch.hpp>
-
 #include "hvd/runner/errors.h"
+#include "hvd_catch.h"
 #include "usage_error.h"
 
 using namespace hvd::runner;
@@ -21,7 +20,7 @@ TEST_CASE("host list parses names with slots, slots default to 1", "[unit]") {
 }
 
 TEST_CASE("malformed host specs are rejected with the entry and the fix", "[unit]") {
-  using Catch::Matchers::Contains;
+  using hvd::test::Contains;
   CHECK_THAT(usage_error([] { parse_host_list("a:x"); }),
              Contains("bad slot count in host spec 'a:x'") && Contains("host:slots"));
   CHECK_THAT(usage_error([] { parse_host_list("a:0"); }), Contains("positive integer"));
@@ -35,8 +34,7 @@ TEST_CASE("malformed host specs are rejected with the entry and the fix", "[unit
 
 TEST_CASE("duplicate hosts are rejected naming the host", "[unit]") {
   CHECK_THAT(usage_error([] { parse_host_list("a:2,b:2,a:1"); }),
-             Catch::Matchers::Contains("host 'a' is listed twice in -H") &&
-                 Catch::Matchers::Contains("a:8"));
+             hvd::test::Contains("host 'a' is listed twice in -H") && hvd::test::Contains("a:8"));
 }
 
 TEST_CASE("hostfile lines: host slots=N, comments, blank lines", "[unit]") {
@@ -52,7 +50,7 @@ TEST_CASE("hostfile lines: host slots=N, comments, blank lines", "[unit]") {
 }
 
 TEST_CASE("bad hostfiles name the file and line", "[unit]") {
-  using Catch::Matchers::Contains;
+  using hvd::test::Contains;
   CHECK_THAT(usage_error([] { parse_hostfile("a slots=2\nb slots=two\n", "h.txt"); }),
              Contains("h.txt:2") && Contains("slots=two"));
   CHECK_THAT(usage_error([] { parse_hostfile("a cpus=2\n", "h.txt"); }),
@@ -82,7 +80,7 @@ TEST_CASE("more ranks than slots is an error with the totals and the fix", "[uni
   CHECK(usage_error([&] { assign_slots(hosts, 8); }) ==
         "-np 8 needs 8 slots but the hosts have only 6 (a:4,b:2); add hosts or slots "
         "(host:slots) or lower -np");
-  CHECK_THAT(usage_error([&] { assign_slots(hosts, 0); }), Catch::Matchers::Contains("at least 1"));
+  CHECK_THAT(usage_error([&] { assign_slots(hosts, 0); }), hvd::test::Contains("at least 1"));
 }
 
 TEST_CASE("local host names", "[unit]") {

@@ -4,9 +4,8 @@
 
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
-
 #include "hvd/runner/errors.h"
+#include "hvd_catch.h"
 
 using namespace hvd::runner;
 using Words = std::vector<std::string>;
@@ -86,6 +85,74 @@ TEST_CASE("two hosts as a user: ssh agent with port and key, interfaces, output 
                    "train.py"});
   CHECK(shell_join(c).find("'ssh -o BatchMode=yes -p 2222 -i '\\''/home/u/.ssh/id ed'\\'''") !=
         std::string::npos);
+}
+
+TEST_CASE("Open MPI 5's mpirun gets PRRTE's spellings for the same job", "[unit]") {
+  LaunchSpec s;
+  s.mpi = open_mpi_profile(5);
+  s.np = 3;
+  s.hosts = {{"localhost", 3}};
+  s.as_root = true;
+  s.elastic = true;  // Open MPI 5 has no TERM-to-KILL knob: nothing added
+  s.command = {"./train"};
+  CHECK(build_mpirun_command(s) == Words{"mpirun", "--allow-run-as-root", "-np", "3", "-H",
+                                         "localhost:3", "--bind-to", "none", "--map-by",
+                                         ":OVERSUBSCRIBE", "--mca", "mpi_yield_when_idle", "1",
+                                         "--output", "tag", "./train"});
+  s.np = 2;
+  s.hosts = {{"a", 1}, {"b", 1}};
+  s.all_local = false;
+  s.in_slurm_allocation = true;
+  s.as_root = false;
+  s.elastic = false;
+  s.ssh_port = 2222;
+  s.mpi_interfaces = {"10.0.0.0/24", "eth1"};
+  s.output_dir = "logs";
+  s.mca = {{"btl_tcp_disable_family", "6"}};
+  CHECK(build_mpirun_command(s) == Words{"mpirun",
+                                         "-np",
+                                         "2",
+                                         "-H",
+                                         "a:1,b:1",
+                                         "--bind-to",
+                                         "none",
+                                         "--prtemca",
+                                         "plm",
+                                         "ssh",
+                                         "--prtemca",
+                                         "plm_ssh_agent",
+                                         "ssh -o BatchMode=yes -p 2222",
+                                         "--mca",
+                                         "mpi_yield_when_idle",
+                                         "1",
+                                         "--mca",
+                                         "btl_tcp_disable_family",
+                                         "6",
+                                         "--prtemca",
+                                         "prte_if_include",
+                                         "10.0.0.0/24,eth1",
+                                         "--mca",
+                                         "btl_tcp_if_include",
+                                         "10.0.0.0/24,eth1",
+                                         "--output",
+                                         "dir=logs",
+                                         "./train"});
+}
+
+TEST_CASE("the Open MPI major version is read from mpirun --version", "[unit]") {
+  CHECK(parse_open_mpi_major("mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/"
+                             "community/help/\n") == 4);
+  CHECK(parse_open_mpi_major("mpirun (Open MPI) 5.0.7\n") == 5);
+  CHECK(parse_open_mpi_major("prterun (Open MPI) 10.1a1") == 10);
+  CHECK_FALSE(parse_open_mpi_major("HYDRA build details:\n    Version: 4.0.2\n"));
+  CHECK_FALSE(parse_open_mpi_major("mpirun (Open MPI) x"));
+  CHECK_FALSE(parse_open_mpi_major(""));
+  CHECK(open_mpi_profile(4).daemon == "orted");
+  CHECK(open_mpi_profile(3).major == 4);  // older than 5: Open MPI 4.1's spellings
+  CHECK(open_mpi_profile(5).daemon == "prted");
+  CHECK(open_mpi_profile(6).major == 5);
+  CHECK(open_mpi_profile(4).shared_memory_btl == "vader");
+  CHECK(open_mpi_profile(5).shared_memory_btl == "sm");
 }
 
 TEST_CASE("an elastic generation is torn down without Open MPI's TERM-to-KILL wait", "[unit]") {
@@ -191,7 +258,8 @@ TEST_CASE("a launch's common fields come from the options, the plan and the envi
   o.ssh_identity = "/k";
   o.output_dir = "logs";
   o.command = {"./train"};
-  LaunchSpec s = base_launch_spec(o, 3, {{"a", 2}, {"b", 1}}, false, true, {"PATH=/bin"});
+  LaunchSpec s =
+      base_launch_spec(o, 3, {{"a", 2}, {"b", 1}}, false, true, {"PATH=/bin"}, open_mpi_profile(5));
   CHECK(s.np == 3);
   CHECK(format_host_list(s.hosts) == "a:2,b:1");
   CHECK_FALSE(s.all_local);
@@ -202,11 +270,19 @@ TEST_CASE("a launch's common fields come from the options, the plan and the envi
   CHECK(s.output_dir == "logs");
   CHECK(s.command == Words{"./train"});
   CHECK(s.yield_when_idle);
+  CHECK(s.mpi.major == 5);
   CHECK_FALSE(s.elastic);  // the elastic job sets it, as the network, env and wrapper
   CHECK(s.env.empty());
   CHECK(s.wrapper.empty());
+  // Open MPI 5's TCP BTL stays on IPv4 (mpi_profile.cc), unless the user says otherwise.
+  CHECK(s.mca == std::vector<std::pair<std::string, std::string>>{{"btl_tcp_disable_family", "6"}});
+  CHECK(base_launch_spec(o, 1, {{"a", 1}}, true, false, {"OMPI_MCA_btl_tcp_disable_family=0"},
+                         open_mpi_profile(5))
+            .mca.empty());
+  CHECK(base_launch_spec(o, 1, {{"a", 1}}, true, false, {}, open_mpi_profile(4)).mca.empty());
   // The user's own OMPI_MCA_mpi_yield_when_idle wins: hvdrun adds none.
-  CHECK_FALSE(base_launch_spec(o, 1, {{"a", 1}}, true, false, {"OMPI_MCA_mpi_yield_when_idle=0"})
+  CHECK_FALSE(base_launch_spec(o, 1, {{"a", 1}}, true, false, {"OMPI_MCA_mpi_yield_when_idle=0"},
+                               open_mpi_profile(4))
                   .yield_when_idle);
 }
 

@@ -10,7 +10,6 @@
 #include <sys/types.h>
 
 #include <boost/asio/post.hpp>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -18,6 +17,7 @@
 #include "hvd/runner/control_server.h"
 #include "hvd/runner/subprocess.h"
 #include "hvd/runner/supervisor.h"
+#include "hvd_catch.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 extern "C" const char* __asan_default_options() { return "detect_stack_use_after_return=1"; }

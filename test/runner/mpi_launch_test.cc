@@ -5,7 +5,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -13,6 +12,8 @@
 #include <iterator>
 #include <string>
 #include <vector>
+
+#include "hvd_catch.h"
 
 namespace {
 
@@ -139,7 +140,7 @@ TEST_CASE("SIGINT to hvdrun stops every rank and leaves no process behind", "[mp
   CHECK(r.wait_exit() == 130);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(r.output);
-  CHECK_THAT(r.output, Catch::Matchers::Contains("got SIGINT; stopping all ranks"));
+  CHECK_THAT(r.output, hvd::test::Contains("got SIGINT; stopping all ranks"));
   CHECK(count_processes(marker) == 0);
   CHECK(s < 10);
 }
@@ -153,8 +154,8 @@ TEST_CASE("SIGTERM while a failed generation is stopped ends an elastic job, no 
   kill(r.pid, SIGTERM);
   CHECK(r.wait_exit() == 143);
   INFO(r.output);
-  CHECK_THAT(r.output, Catch::Matchers::Contains("got SIGTERM; the ranks are being stopped"));
-  CHECK_THAT(r.output, Catch::Matchers::Contains("stopped by a signal; not restarting"));
+  CHECK_THAT(r.output, hvd::test::Contains("got SIGTERM; the ranks are being stopped"));
+  CHECK_THAT(r.output, hvd::test::Contains("stopped by a signal; not restarting"));
   CHECK(r.occurrences("generation 1:") == 0);
 }
 
@@ -166,14 +167,14 @@ TEST_CASE("bad input exits 2 with one line", "[mpi]") {
         "or slots (host:slots) or lower -np\n");
   Run missing({"-np", "1", "./no-such-program"});
   CHECK(missing.wait_exit() == 2);
-  CHECK_THAT(missing.output, Catch::Matchers::Contains("program './no-such-program' not found"));
+  CHECK_THAT(missing.output, hvd::test::Contains("program './no-such-program' not found"));
 }
 
 TEST_CASE("--dry-run prints the exact command and starts nothing", "[mpi]") {
   Run r({"--dry-run", "-np", "2", PROBE_PATH, "--marker", "dryrunmarker"});
   CHECK(r.wait_exit() == 0);
-  CHECK_THAT(r.output, Catch::Matchers::Contains("mpirun ") &&
-                           Catch::Matchers::Contains("-np 2 -H localhost:2 --bind-to none") &&
-                           Catch::Matchers::Contains("rank 1 -> localhost"));
+  CHECK_THAT(r.output, hvd::test::Contains("mpirun ") &&
+                           hvd::test::Contains("-np 2 -H localhost:2 --bind-to none") &&
+                           hvd::test::Contains("rank 1 -> localhost"));
   CHECK(r.occurrences("PROBE rank") == 0);
 }

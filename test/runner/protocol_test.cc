@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // [unit] wire protocol, output tagging, agent reports, network choice, ssh/preflight messages.
-#include <catch2/catch.hpp>
-
 #include "hvd/runner/agent_report.h"
 #include "hvd/runner/interfaces.h"
+#include "hvd/runner/mpi_profile.h"
 #include "hvd/runner/preflight.h"
 #include "hvd/runner/ssh_errors.h"
 #include "hvd/runner/tag_output.h"
 #include "hvd/runner/wire.h"
+#include "hvd_catch.h"
 
 using namespace hvd::runner;
-using Catch::Matchers::Contains;
+using hvd::test::Contains;
 
 TEST_CASE("wire messages round-trip and junk is rejected", "[unit]") {
   Message exit{MessageKind::kExit, "tok", "node1", 3, 137};
@@ -73,18 +73,29 @@ TEST_CASE("exit codes and their descriptions", "[unit]") {
 }
 
 TEST_CASE("mpirun's [job,rank] tags become [rank]", "[unit]") {
-  CHECK(retag_line("[1,3]<stdout>:hello world") == "[3]<stdout>: hello world");
-  CHECK(retag_line("[1,12]<stderr>:") == "[12]<stderr>: ");
-  CHECK(retag_line("plain mpirun message") == "plain mpirun message");
-  CHECK(retag_line("[vm:123] *** Process received signal") ==
+  const std::string v4 = open_mpi_profile(4).tag_end;
+  CHECK(retag_line("[1,3]<stdout>:hello world", v4) == "[3]<stdout>: hello world");
+  CHECK(retag_line("[1,12]<stderr>:", v4) == "[12]<stderr>: ");
+  CHECK(retag_line("[1,3]<stdout>: indented", v4) == "[3]<stdout>:  indented");
+  CHECK(retag_line("plain mpirun message", v4) == "plain mpirun message");
+  CHECK(retag_line("[vm:123] *** Process received signal", v4) ==
         "[vm:123] *** Process received signal");
-  CHECK(retag_line("[1,x]<stdout>:a") == "[1,x]<stdout>:a");
-  CHECK(retag_line("[,1]<stdout>:a") == "[,1]<stdout>:a");
+  CHECK(retag_line("[1,x]<stdout>:a", v4) == "[1,x]<stdout>:a");
+  CHECK(retag_line("[,1]<stdout>:a", v4) == "[,1]<stdout>:a");
   // A line written in pieces carries its tag again inside; another rank's tag stays.
-  CHECK(retag_line("[1,0]<stdout>:epoch 2 (2 ranks)[1,0]<stdout>:") ==
+  CHECK(retag_line("[1,0]<stdout>:epoch 2 (2 ranks)[1,0]<stdout>:", v4) ==
         "[0]<stdout>: epoch 2 (2 ranks)");
-  CHECK(retag_line("[1,0]<stdout>:a[1,0]<stdout>:b[1,1]<stdout>:c") ==
+  CHECK(retag_line("[1,0]<stdout>:a[1,0]<stdout>:b[1,1]<stdout>:c", v4) ==
         "[0]<stdout>: ab[1,1]<stdout>:c");
+}
+
+TEST_CASE("Open MPI 5's tags end with a space, which is not the rank's", "[unit]") {
+  const std::string v5 = open_mpi_profile(5).tag_end;
+  CHECK(retag_line("[1,3]<stdout>: hello world", v5) == "[3]<stdout>: hello world");
+  CHECK(retag_line("[1,3]<stdout>:   x", v5) == "[3]<stdout>:   x");  // two of the rank's
+  CHECK(retag_line("[1,12]<stderr>: ", v5) == "[12]<stderr>: ");
+  CHECK(retag_line("[1,0]<stdout>: epoch 2[1,0]<stdout>: ", v5) == "[0]<stdout>: epoch 2");
+  CHECK(retag_line("[1,0]<stdout>:a", v5) == "[1,0]<stdout>:a");  // not Open MPI 5's tag
 }
 
 TEST_CASE("agent report round-trips and ignores login noise", "[unit]") {
@@ -97,14 +108,39 @@ TEST_CASE("agent report round-trips and ignores login noise", "[unit]") {
   r.program = "/work/train";
   r.mpirun_found = true;
   r.orted_found = false;
+  r.prted_found = true;
   auto back = parse_agent_report("Welcome!\n" + format_agent_report(r) + "bye\n");
   CHECK(back.hostname == "node1");
   CHECK(back.interfaces == r.interfaces);
   CHECK(back.reached == r.reached);
   CHECK(back.unreached == r.unreached);
   CHECK((back.program_found && back.program == "/work/train"));
-  CHECK((back.mpirun_found && !back.orted_found && back.complete));
+  CHECK((back.mpirun_found && !back.orted_found && back.prted_found && back.complete));
   CHECK_FALSE(parse_agent_report("HVDAGENT hostname x\n").complete);
+}
+
+TEST_CASE("the preflight names a missing or mismatched Open MPI on a host", "[unit]") {
+  AgentReport r;
+  r.mpirun_found = true;
+  r.orted_found = true;
+  CHECK(open_mpi_problem(r, open_mpi_profile(4), "n1").empty());
+  CHECK(open_mpi_problem(r, open_mpi_profile(5), "n1") ==
+        "n1 has Open MPI 4 (orted) but this machine's mpirun is Open MPI 5 (its daemon prted is "
+        "not in the PATH of a non-interactive ssh login there); install the same Open MPI major "
+        "version on every host");
+  r.orted_found = false;
+  r.prted_found = true;
+  CHECK(open_mpi_problem(r, open_mpi_profile(5), "n1").empty());
+  CHECK_THAT(open_mpi_problem(r, open_mpi_profile(4), "n1"),
+             Contains("n1 has Open MPI 5 (prted) but this machine's mpirun is Open MPI 4"));
+  r.prted_found = false;
+  CHECK(open_mpi_problem(r, open_mpi_profile(5), "n1") ==
+        "prted (Open MPI 5) not found in the PATH of a non-interactive ssh login on n1; install "
+        "Open MPI there, or set PATH where non-interactive shells read it");
+  r.mpirun_found = false;
+  r.orted_found = true;
+  CHECK_THAT(open_mpi_problem(r, open_mpi_profile(4), "n1"),
+             Contains("mpirun (Open MPI 4) not found"));
 }
 
 TEST_CASE("IPv4 helpers", "[unit]") {

@@ -3,15 +3,15 @@
 #include "hvd/runner/slurm.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 
 #include "hvd/runner/cli.h"
 #include "hvd/runner/errors.h"
 #include "hvd/runner/launch_command.h"
+#include "hvd_catch.h"
 #include "usage_error.h"
 
 using namespace hvd::runner;
-using Catch::Matchers::Contains;
+using hvd::test::Contains;
 using Names = std::vector<std::string>;
 using Slots = std::vector<HostSlots>;
 
@@ -153,6 +153,12 @@ TEST_CASE("remote hosts of an allocation stay on the ssh launcher the preflight 
   REQUIRE(plm != c.end());
   CHECK(*(plm - 1) == "--mca");
   CHECK(*(plm + 1) == "rsh");
+  s.mpi = open_mpi_profile(5);  // PRRTE's launcher is `ssh`, set through --prtemca
+  c = build_mpirun_command(s);
+  plm = std::find(c.begin(), c.end(), "plm");
+  REQUIRE(plm != c.end());
+  CHECK(*(plm - 1) == "--prtemca");
+  CHECK(*(plm + 1) == "ssh");
   s.all_local = true;
   c = build_mpirun_command(s);
   CHECK(std::find(c.begin(), c.end(), "plm") == c.end());

@@ -178,11 +178,14 @@ PartitionName=hvd Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 # Slurm 22.05's slurmd loads a cgroup plugin whatever the proctrack/task plugins are. Under
 # cgroup v2 it would ask systemd (over D-Bus) for a scope; the test's daemons are not systemd
-# services, so it makes its cgroup directories itself.
-cat >"$WORK/cgroup.conf" <<EOF
-CgroupPlugin=autodetect
-IgnoreSystemd=yes
-EOF
+# services, so it makes its cgroup directories itself. Slurm 24 (Debian 13) can go without:
+# CgroupPlugin=disabled, which also lets it run where /sys/fs/cgroup is not mounted (a chroot).
+slurm_major=$(slurmd -V | awk '{split($2, v, "."); print v[1] + 0}')
+if [[ $slurm_major -ge 24 ]]; then
+  echo "CgroupPlugin=disabled" >"$WORK/cgroup.conf"
+else
+  printf 'CgroupPlugin=autodetect\nIgnoreSystemd=yes\n' >"$WORK/cgroup.conf"
+fi
 export SLURM_CONF=$WORK/slurm.conf
 
 started=$SECONDS

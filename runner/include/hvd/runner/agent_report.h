@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hvd/runner/interfaces.h"
+#include "hvd/runner/mpi_profile.h"
 
 namespace hvd::runner {
 
@@ -19,8 +20,9 @@ struct AgentReport {
   bool program_found = false;
   std::string program;  // as checked (resolved path or the name)
   bool mpirun_found = false;
-  bool orted_found = false;
-  bool complete = false;  // the final `done` line was seen
+  bool orted_found = false;  // Open MPI 4's daemon
+  bool prted_found = false;  // Open MPI 5's daemon
+  bool complete = false;     // the final `done` line was seen
 };
 
 // Serializes a report (what the agent prints).
@@ -28,5 +30,11 @@ std::string format_agent_report(const AgentReport& report);
 
 // Parses agent output; unknown lines are skipped.
 AgentReport parse_agent_report(const std::string& output);
+
+// What is wrong with the Open MPI that `report` found on `host` for a job whose mpirun is `mpi`
+// (mpirun or mpi's daemon missing, or only another major version's daemon there), with the
+// fix; "" when nothing is.
+std::string open_mpi_problem(const AgentReport& report, const MpiProfile& mpi,
+                             const std::string& host);
 
 }  // namespace hvd::runner

@@ -7,29 +7,33 @@
 
 #include "hvd/runner/env_forward.h"
 #include "hvd/runner/hosts.h"
+#include "hvd/runner/mpi_profile.h"
 
 namespace hvd::runner {
 
 // Everything that decides the mpirun command line.
 struct LaunchSpec {
   std::string mpirun = "mpirun";
+  MpiProfile mpi = open_mpi_profile(4);  // how this mpirun spells each option (mpi_profile.h)
   int np = 0;
   std::vector<HostSlots> hosts;  // hosts that get ranks, with the slots they use
   bool all_local = true;         // every host is this machine: no ssh agent, --oversubscribe
   bool as_root = false;          // adds --allow-run-as-root
   // Inside a Slurm allocation Open MPI would start its remote daemons through srun; with remote
-  // hosts `--mca plm rsh` keeps it on the ssh launcher that hvdrun's preflight checked.
+  // hosts `--mca plm rsh` (Open MPI 5: `--prtemca plm ssh`) keeps it on the ssh launcher that
+  // hvdrun's preflight checked.
   bool in_slurm_allocation = false;
   int ssh_port = 0;  // 0 = ssh's default
   std::string ssh_identity;
-  std::vector<std::string> mpi_interfaces;  // oob/btl *_if_include (names or CIDRs)
+  std::vector<std::string> mpi_interfaces;  // oob(prte)/btl *_if_include (names or CIDRs)
   std::vector<EnvVar> env;                  // -x entries
-  std::string output_dir;                   // --output-filename (else --tag-output)
+  std::string output_dir;                   // per-rank files (else tagged output)
   std::vector<std::string> wrapper;         // prefix run in front of the program on each rank
   std::vector<std::string> command;         // program and arguments
   // Elastic mode: a failed generation is torn down at once (the state is in the last commit):
-  // Open MPI kills the other ranks' wrappers without its 1 s wait between TERM and KILL
+  // Open MPI 4 kills the other ranks' wrappers without its 1 s wait between TERM and KILL
   // (odls_base_sigkill_timeout 0), which took 1.0 of the 1.1 s of a generation's teardown.
+  // Open MPI 5 has no such knob (PRRTE waits a fixed 0.25 s before TERM and again before KILL).
   bool elastic = false;
   // MPI's waits yield the core (`--mca mpi_yield_when_idle 1`) unless the user's environment
   // sets OMPI_MCA_mpi_yield_when_idle (see sets_mca_param): each rank has a compute thread and
@@ -37,13 +41,17 @@ struct LaunchSpec {
   // with the other ranks, spinning took the compute threads' time (ResNet-18 at np 2 on 2
   // cores: 0.82 -> 0.93 of no-comm, docs/performance.md).
   bool yield_when_idle = true;
+  // The profile's other defaults that the user's environment leaves unset (`--mca NAME VALUE`).
+  std::vector<std::pair<std::string, std::string>> mca;
 };
 
 // The fields every launch fills alike (hvdrun's plain and elastic jobs): `np` ranks on `hosts`,
 // ssh, output, the program and the options from `o`, --allow-run-as-root when root, the Slurm
-// launcher, MPI's yield unless `environ` sets it. The caller adds the network, env and wrapper.
+// launcher, MPI's yield unless `environ` sets it, the spellings of `mpi`. The caller adds the
+// network, env and wrapper.
 LaunchSpec base_launch_spec(const Options& o, int np, std::vector<HostSlots> hosts, bool all_local,
-                            bool in_slurm_allocation, const std::vector<std::string>& environ);
+                            bool in_slurm_allocation, const std::vector<std::string>& environ,
+                            const MpiProfile& mpi);
 
 // A number of seconds as hvdrun prints and passes it: "%g" (5, 2.5, 0.001).
 std::string seconds_text(double s);

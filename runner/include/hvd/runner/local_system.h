@@ -2,6 +2,7 @@
 // Small queries about this machine (I/O kept out of the planning code).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,5 +29,9 @@ std::string current_directory();
 
 // A random hex string (job token).
 std::string random_token();
+
+// The major version of the Open MPI behind `mpirun` (`mpirun --version`, run through the
+// shell's PATH), or nullopt when it cannot be run or is not Open MPI.
+std::optional<int> open_mpi_major(const std::string& mpirun);
 
 }  // namespace hvd::runner

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hvd/runner/agent_report.h"
+#include "hvd/runner/mpi_profile.h"
 
 namespace hvd::runner {
 
@@ -23,6 +24,7 @@ struct PreflightConfig {
   std::vector<std::string> master_addresses;  // the agent tries to connect back to these
   unsigned short listener_port = 0;
   std::string token;
+  MpiProfile mpi = open_mpi_profile(4);  // this machine's mpirun: which daemon hosts need
 };
 
 struct HostResult {
@@ -40,9 +42,9 @@ struct PreflightResult {
 
 // For each host, bounded by timeout_s: resolve; TCP connect to the ssh port; one
 // `ssh -o BatchMode=yes [-p] [-i] host hvdrun --agent ...` that proves key login and host key,
-// checks the program, mpirun and orted, lists interfaces and connects back to the master's
-// listener (which must already be accepting on `listener_port`). Runs `io` until all finish.
-// Checks every host of `config` in parallel; returns when all are done.
+// checks the program, mpirun and Open MPI's daemon (orted/prted), lists interfaces and connects
+// back to the master's listener (which must already be accepting on `listener_port`). Runs `io`
+// until all finish. Checks every host of `config` in parallel; returns when all are done.
 PreflightResult run_preflight(boost::asio::io_context& io, const PreflightConfig& config);
 
 namespace detail {

@@ -15,7 +15,8 @@ struct SuperviseConfig {
   std::vector<std::string> mpirun_argv;
   int np = 0;
   double grace_s = 5;
-  bool retag = true;  // rewrite [job,rank]<stdout>: to [rank]<stdout>:
+  bool retag = true;           // rewrite [job,rank]<stdout>: to [rank]<stdout>:
+  std::string tag_end = ">:";  // what ends mpirun's tag (MpiProfile::tag_end)
   bool verbose = false;
   bool elastic = false;       // a rank exiting 0 without DONE is a failure
   double step_timeout_s = 0;  // elastic: the step watchdog's timeout (elastic_watchdog.h); 0 = off
