@@ -363,8 +363,8 @@ void Controller::coordinator_emit(const std::string& name, int last_rank,
   std::vector<int> absent;
   reqs.reserve(p.per_rank.size());
   for (size_t i = 0; i < p.per_rank.size(); ++i) {
-    if (p.per_rank[i]) {
-      reqs.push_back(std::move(*p.per_rank[i]));
+    if (auto& request = p.per_rank[i]) {
+      reqs.push_back(std::move(*request));
     } else {
       absent.push_back(static_cast<int>(i));
     }
