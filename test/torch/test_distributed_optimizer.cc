@@ -12,9 +12,9 @@
 
 // libtorch pulls in glog, whose CHECK macro would shadow Catch's: include Catch last.
 #undef CHECK
-#include <catch2/catch.hpp>
+#include "hvd_catch.h"
 
-using Catch::Matchers::Contains;
+using hvd::test::Contains;
 using hvd_examples::shard;
 namespace optim = torch::optim;
 

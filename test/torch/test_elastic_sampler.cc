@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // hvd::elastic::Sampler's partitions (hvd/optim/elastic_sampler.h): every sample once per epoch,
 // the remaining samples after a resize, a deterministic reshuffle per epoch.
-#include <catch2/catch.hpp>
+#include "hvd_catch.h"
 #include <map>
 #include <set>
 #include <vector>

@@ -14,9 +14,9 @@
 
 // libtorch pulls in glog, whose CHECK macro would shadow Catch's: include Catch last.
 #undef CHECK
-#include <catch2/catch.hpp>
+#include "hvd_catch.h"
 
-using Catch::Matchers::Contains;
+using hvd::test::Contains;
 
 namespace {
 
@@ -43,9 +43,10 @@ struct Job {
   std::vector<torch::Tensor> momenta() const {
     std::vector<torch::Tensor> out;
     for (const auto& p : model->parameters()) {
-      const auto& s = static_cast<torch::optim::SGDParamState&>(
-          *sgd->state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
-      out.push_back(s.momentum_buffer().clone());
+      const auto* s =
+          dynamic_cast<const torch::optim::SGDParamState*>(hvd::optim::optimizer_state(*sgd, p));
+      REQUIRE(s);
+      out.push_back(s->momentum_buffer().clone());
     }
     return out;
   }

@@ -18,6 +18,7 @@
 #include "hvd/optim/collectives.h"
 #include "hvd/optim/distributed_optimizer.h"
 #include "hvd/optim/elastic.h"
+#include "hvd/optim/optimizer_state.h"
 #include "hvd/optim/sized_collectives.h"
 #include "hvd/optim/tensor_adapter.h"
 
