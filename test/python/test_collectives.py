@@ -566,6 +566,7 @@ def test_sparse_allreduce_async_sums_or_averages_every_ranks_entries(op):
     assert_values(h1().to_dense(), sparse_expected(op), torch.float32)
 
 
+@pytest.mark.ranks(2, "a rank that arrives late")
 def test_barrier_waits_for_the_slowest_rank():
     assert hvd.barrier() is None  # everyone leaves this one together
     if R == 0:
@@ -577,6 +578,7 @@ def test_barrier_waits_for_the_slowest_rank():
         assert waited > 0.25, f"barrier returned after {waited:.3f} s, before rank 0 arrived"
 
 
+@pytest.mark.ranks(2, "a rank that submits late")
 def test_poll_is_false_until_every_rank_submitted_then_synchronize_returns():
     x = torch.full((3,), float(R + 1))
     if R == 0:
@@ -623,6 +625,7 @@ def test_join_lets_a_finished_rank_take_part_with_nothing_and_returns_the_last_r
 
 # ---- process sets -----------------------------------------------------------------------
 
+@pytest.mark.ranks(2, "a process set leaving ranks out")
 def test_collectives_on_process_sets_involve_only_their_members():
     evens = [q for q in range(N) if q % 2 == 0]
     odds = [q for q in range(N) if q % 2 == 1]

@@ -248,6 +248,7 @@ def committed_payload(seed, steps, batch):
     return state._dumps()
 
 
+@pytest.mark.ranks(2, "ranks holding different commits")
 def test_resume_takes_the_newest_commit_from_the_lowest_rank_holding_it(shared_dir, monkeypatch,
                                                                         tmp_path):
     # Every rank its own "host" directory. Commit ids per rank: 3, 5, none, 5 (np 4); the two
@@ -380,6 +381,8 @@ print("ready", flush=True)
 while True:
     i += 1
     snap.write_snapshot(d, i, 4, bytes([i % 251]) * (size + i % 7))
+    if i == 1:
+        print("wrote", flush=True)
 """
 
 
@@ -388,10 +391,12 @@ def test_kill_during_commit_never_leaves_a_torn_snapshot(tmp_path):
     rng = random.Random(hvd.rank())
     size = 2 << 20
     kills = 0
-    for _ in range(12):
+    for attempt in range(12):
         p = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(size)], env=env,
                              stdout=subprocess.PIPE)
         assert p.stdout.readline() == b"ready\n"
+        if attempt % 2:  # every other writer is killed only once its first commit is whole
+            assert p.stdout.readline() == b"wrote\n"  # (a loaded machine writes slowly)
         time.sleep(rng.uniform(0.0, 0.05))
         p.send_signal(signal.SIGKILL)
         p.wait()

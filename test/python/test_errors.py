@@ -32,6 +32,7 @@ def the_job_goes_on():
     assert hvd.allgather(torch.tensor([R])).tolist() == list(range(N))
 
 
+@pytest.mark.ranks(2, "a mismatch between ranks")
 def test_shape_mismatch_fails_on_every_rank_naming_tensor_shapes_and_ranks():
     msg = expect_everywhere(lambda: hvd.allreduce(torch.ones(R + 1), name="err.shape"),
                             "err.shape", r"shape", r"\[1\]", rf"\[{N}\]", r"rank 0\b")
@@ -39,6 +40,7 @@ def test_shape_mismatch_fails_on_every_rank_naming_tensor_shapes_and_ranks():
     the_job_goes_on()
 
 
+@pytest.mark.ranks(2, "a mismatch between ranks")
 def test_dtype_mismatch_fails_on_every_rank():
     dtype = torch.float32 if R == 0 else torch.float64
     expect_everywhere(lambda: hvd.allreduce(torch.ones(2, dtype=dtype), name="err.dtype"),
@@ -46,6 +48,7 @@ def test_dtype_mismatch_fails_on_every_rank():
     the_job_goes_on()
 
 
+@pytest.mark.ranks(2, "a mismatch between ranks")
 def test_op_mismatch_fails_on_every_rank():
     op = hvd.Sum if R == 0 else hvd.Max
     expect_everywhere(lambda: hvd.allreduce(torch.ones(2), name="err.op", op=op),
@@ -53,6 +56,7 @@ def test_op_mismatch_fails_on_every_rank():
     the_job_goes_on()
 
 
+@pytest.mark.ranks(2, "a mismatch between ranks")
 def test_scale_factor_mismatch_fails_on_every_rank():
     expect_everywhere(lambda: hvd.allreduce(torch.ones(2), name="err.scale", op=hvd.Sum,
                                             prescale_factor=1.0 + R),
@@ -60,6 +64,7 @@ def test_scale_factor_mismatch_fails_on_every_rank():
     the_job_goes_on()
 
 
+@pytest.mark.ranks(2, "a mismatch between ranks")
 def test_async_failure_is_raised_by_synchronize_and_poll_reports_it_finished():
     h = hvd.allreduce_async(torch.ones(R + 2), name="err.async")
     with pytest.raises(hvd.HorovodInternalError, match="err.async"):
@@ -71,6 +76,7 @@ def test_async_failure_is_raised_by_synchronize_and_poll_reports_it_finished():
     the_job_goes_on()
 
 
+@pytest.mark.ranks(2, "a mismatch between ranks")
 def test_mismatches_of_every_collective_fail_everywhere():
     expect_everywhere(lambda: hvd.allgather(torch.ones(1, R + 1), name="err.ag"), "err.ag",
                       r"rank 0\b")
@@ -89,6 +95,7 @@ def test_mismatches_of_every_collective_fail_everywhere():
     the_job_goes_on()
 
 
+@pytest.mark.ranks(2, "a mismatch between ranks")
 def test_different_collectives_under_one_name_fail_everywhere():
     def call():
         if R == 0:
@@ -98,6 +105,7 @@ def test_different_collectives_under_one_name_fail_everywhere():
     the_job_goes_on()
 
 
+@pytest.mark.ranks(2, "a collective left in flight by a rank that submits late")
 def test_duplicate_name_in_flight_raises_at_once():
     x = torch.ones(3)
     if R == 0:
@@ -128,10 +136,28 @@ def test_bad_alltoall_splits_raise():
     with pytest.raises(hvd.HorovodInternalError, match="split"):
         hvd.alltoall(torch.ones(N + 1), splits=[1] * N)  # sum != rows
     with pytest.raises(hvd.HorovodInternalError, match="split"):
-        hvd.alltoall(torch.ones(N + 1), splits=[N + 1])  # one split per rank
+        hvd.alltoall(torch.ones(N + 1), splits=[1] * (N + 1))  # one split per rank
     if N > 1:
         with pytest.raises(hvd.HorovodInternalError, match="evenly"):
             hvd.alltoall(torch.ones(N + 1))
+    the_job_goes_on()
+
+
+def test_non_integer_alltoall_splits_are_a_value_error_on_every_rank():
+    """Horovod 0.28.1's test_horovod_alltoall_splits_type_error: float splits (even whole
+    numbers, even torch.empty's) raise ValueError, whatever torch makes of them."""
+    cases = [torch.empty(N, dtype=torch.float32), torch.ones(N, dtype=torch.float64),
+             [1.0] * N, torch.ones(N, dtype=torch.bool), [torch.tensor(1.0)] * N]
+    for splits in cases:
+        with pytest.raises(ValueError, match="splits must hold integers"):
+            hvd.alltoall(torch.ones(N, 2), splits)
+        with pytest.raises(ValueError, match="splits must hold integers"):
+            hvd.alltoall_async(torch.ones(N, 2), splits=splits)
+    with pytest.raises(TypeError, match="splits must hold integers"):
+        hvd.alltoall(torch.ones(N, 2), splits=["1"] * N)
+    out, received = hvd.alltoall(torch.full((N, 2), float(R)),
+                                 splits=torch.ones(N, dtype=torch.int64))
+    assert out[:, 0].tolist() == list(range(N)) and received.dtype == torch.int64
     the_job_goes_on()
 
 
@@ -151,6 +177,7 @@ def test_local_argument_errors():
     the_job_goes_on()
 
 
+@pytest.mark.ranks(2, "a process set leaving ranks out")
 def test_collectives_on_a_set_without_this_rank_raise():
     ps = hvd.add_process_set([0])
     try:
@@ -166,6 +193,7 @@ def test_collectives_on_a_set_without_this_rank_raise():
     the_job_goes_on()
 
 
+@pytest.mark.ranks(2, "a joined rank beside ranks still working")
 def test_collectives_a_joined_rank_cannot_serve_fail_on_the_others_naming_it():
     if R == 0:
         hvd.join()

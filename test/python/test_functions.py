@@ -131,6 +131,7 @@ def test_broadcast_optimizer_state(kind, scenario):
     assert after_step is None, after_step
 
 
+@pytest.mark.ranks(2, "a mismatch between ranks")
 def test_broadcast_optimizer_state_rejects_different_models_on_every_rank():
     model = nn.Linear(3, 2 + (hvd.rank() == hvd.size() - 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

@@ -98,6 +98,7 @@ def test_every_kind_of_dropped_handle_is_released():
     assert graveyard_drained()
 
 
+@pytest.mark.ranks(2, "a collective left unfinished by a rank that submits late")
 def test_a_dropped_unfinished_handle_keeps_its_tensor_alive_until_the_collective_ends():
     if R == 0:
         t = torch.full((4,), 1.0)
@@ -120,6 +121,7 @@ def test_a_dropped_unfinished_handle_keeps_its_tensor_alive_until_the_collective
         assert watch() is None, "the tensor outlived its finished collective"
 
 
+@pytest.mark.ranks(2, "a collective left unfinished by a rank that submits late")
 def test_a_dropped_handle_holding_another_unfinished_handle_is_released_safely():
     # Grouped handles keep their parts: releasing a finished one drops an unfinished one, which
     # parks itself in the graveyard while the graveyard is being swept.
@@ -155,6 +157,7 @@ def test_a_reference_cycle_through_a_finished_handle_is_collected():
     assert watch() is None, "a cycle through a Handle was never collected"
 
 
+@pytest.mark.ranks(2, "a collective left unfinished by a rank that submits late")
 def test_a_reference_cycle_through_an_unfinished_handle_is_collected_and_parks_its_tensor():
     if R == 0:
         t = torch.full((4,), 1.0)
@@ -207,6 +210,7 @@ def test_a_finished_handle_releases_its_tensors_when_dropped():
     assert graveyard_drained()
 
 
+@pytest.mark.ranks(2, "a collective left in flight by a rank that submits late")
 def test_released_says_when_hvd_let_go_of_the_tensors():
     # Normally at completion; after an abort a handle finishes first and `released` follows
     # only once the background thread's executor returned (the graveyard waits for it).
@@ -324,6 +328,7 @@ def test_handles_outlive_their_outputs_and_outputs_outlive_their_handles():
     assert hvd.synchronize(h).tolist() == [[float(N)] * 3]
 
 
+@pytest.mark.ranks(2, "a mismatch between ranks")
 def test_a_failed_handle_raises_and_can_be_dropped():
     h = hvd.allreduce_async(torch.ones(R + 1), name="handles.failed")
     deadline = time.monotonic() + 30

@@ -31,6 +31,7 @@ def tail_set():
     hvd.remove_process_set(ps)
 
 
+@pytest.mark.ranks(2, "a process set of every rank but 0")
 def test_broadcasts_on_a_process_set_take_global_roots(tail_set):
     ps = tail_set
     if not ps.included():
@@ -61,6 +62,7 @@ def test_broadcasts_on_a_process_set_take_global_roots(tail_set):
         assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * (root + 1))
 
 
+@pytest.mark.ranks(2, "a process set of every rank but 0")
 def test_a_broadcast_root_outside_the_set_fails_on_every_member(tail_set):
     ps = tail_set
     if not ps.included():
@@ -95,6 +97,7 @@ def test_after_join_average_divides_by_size_and_join_returns_the_last_rank():
 
 # ---- the facade ------------------------------------------------------------------------------
 
+@pytest.mark.ranks(2, "a collective left in flight by a rank that submits late")
 def test_a_duplicate_in_flight_name_is_a_value_error():
     # Rank 0's "sem.dup" stays in flight until the others submit it, after "sem.dup.go".
     if R == 0:
@@ -177,6 +180,9 @@ MISTAKES = [
     ("prescale 1 + 1e-9", lambda n: hvd.allreduce(good(), name=n, op=hvd.Sum),
      lambda n: hvd.allreduce(good(), name=n, op=hvd.Sum, prescale_factor=1.0 + 1e-9),
      hvd.HorovodInternalError, "1.000000001"),
+    ("float alltoall splits", lambda n: hvd.alltoall(torch.ones(N), splits=[1] * N, name=n),
+     lambda n: hvd.alltoall(torch.ones(N), splits=torch.ones(N), name=n), ValueError,
+     "splits must hold integers"),
     ("a root 2**32 + 1", lambda n: hvd.broadcast(good(), 0, name=n),
      lambda n: hvd.broadcast(good(), 2**32 + 1, name=n), (TypeError, ValueError), ""),
 ]
@@ -186,6 +192,9 @@ MISTAKES = [
 @pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
 def test_a_mistake_on_one_rank_fails_every_rank_at_once(deadline, case, named):
     label, right, wrong, raised, match = case
+    if raised is hvd.HorovodInternalError and N < 2:
+        pytest.skip("needs at least 2 ranks (a mismatch between ranks, found by the "
+                    f"coordinator); this run has {N}")
     name = f"sem.one.{label}" if named else None
     start = time.monotonic()
     if R == LAST:
@@ -222,6 +231,9 @@ SET_MISTAKES = [
 @pytest.mark.parametrize("case", SET_MISTAKES, ids=[m[0] for m in SET_MISTAKES])
 def test_a_process_set_list_that_differs_on_one_rank_fails_every_rank(deadline, case):
     label, right, wrong, raised, match = case
+    if raised is hvd.HorovodInternalError and N < 2:
+        pytest.skip("needs at least 2 ranks (a mismatch between ranks, found by the "
+                    f"coordinator); this run has {N}")
     before = hvd.get_process_set_ids_and_ranks()
     start = time.monotonic()
     if R == LAST:

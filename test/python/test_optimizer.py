@@ -77,6 +77,7 @@ def test_training_on_shards_equals_full_batch(make_opt):
     check_full_batch(make_opt)
 
 
+@pytest.mark.ranks(2, "a shard that is not the whole batch")
 def test_local_training_alone_differs_from_full_batch():
     """The reference is sensitive: without averaging, a rank's result differs from it."""
     x, y = full_data(1)

@@ -129,9 +129,15 @@ def test_shared_encoder_one_backward(style):
     assert_same(model, ref)
 
 
-def test_zero_grad_after_another_optimizers_backward_waits_and_zeroes():
+ZERO_GRAD_DEFAULT_IS_NONE = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 0)
+
+
+@pytest.mark.parametrize("set_to_none", ["default", False, True])
+def test_zero_grad_after_another_optimizers_backward_waits_and_discards(set_to_none):
     """Plain PyTorch: the third loss reaches the encoder, whose optimizers do not step on it;
-    the next zero_grad() of the first optimizer discards that gradient."""
+    the next zero_grad() of the first optimizer discards that gradient (None with set_to_none,
+    the default since torch 2.0; zeros without, 1.13's default), and training goes on as in
+    one process."""
     x = full_batch(3)
     holds = [["enc", "dec.0"], ["enc", "dec.1"], ["dec.2"]]
     model, ref = autoencoder(), autoencoder()
@@ -140,8 +146,18 @@ def test_zero_grad_after_another_optimizers_backward_waits_and_zeroes():
     sequential(model, opts, shard(x))
     sequential(ref, ref_opts, x)
     assert_same(model, ref)
-    opts[0].zero_grad()
-    assert float(model.enc.weight.grad.abs().max()) == 0.0
+    kw = {} if set_to_none == "default" else dict(set_to_none=set_to_none)
+    opts[0].zero_grad(**kw)
+    ref_opts[0].zero_grad(**kw)
+    to_none = ZERO_GRAD_DEFAULT_IS_NONE if set_to_none == "default" else set_to_none
+    for m in (model, ref):
+        if to_none:
+            assert m.enc.weight.grad is None
+        else:
+            assert float(m.enc.weight.grad.abs().max()) == 0.0
+    sequential(model, opts, shard(x))  # the discarded reduction reaches no later step
+    sequential(ref, ref_opts, x)
+    assert_same(model, ref)
 
 
 class GAN(nn.Module):

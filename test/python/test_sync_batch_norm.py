@@ -90,6 +90,7 @@ def test_sync_batch_norm_equals_batch_norm_on_the_whole_batch(case, kw):
     close(sync(mine(x_full)), mine(ref(x_full)), "eval output")
 
 
+@pytest.mark.ranks(2, "a shard that is not the whole batch")
 def test_local_batch_norm_differs_from_the_whole_batch():
     """The comparison is sensitive: a rank's own batch statistics give other outputs."""
     x_full = full(40, ())

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What hvd.torch and hvd.numpy share about reductions and handles."""
+import numbers
+import operator
 import warnings
 
 from hvd import _core
@@ -25,6 +27,48 @@ def reducescatter_op(op):
     if op not in (Sum, Average):
         raise ValueError("reducescatter supports op=Sum or Average")
     return op
+
+
+def split_counts(splits, fn="alltoall"):
+    """alltoall's `splits` (None, a sequence of integers, or an integer tensor or array) as a
+    list of ints. Floating-point, complex or bool splits raise ValueError (as Horovod's
+    alltoall), also when their values are whole numbers; other non-integers raise TypeError."""
+    if splits is None:
+        return []
+    what = "splits must hold integers (the rows sent to each rank)"
+    dtype = getattr(splits, "dtype", None)
+    if _numeric_non_integer(splits):
+        raise ValueError(f"{fn}: {what}, got a {type(splits).__name__} of dtype {dtype}; "
+                         "convert it to an integer dtype")
+    if hasattr(splits, "reshape") and hasattr(splits, "tolist"):
+        splits = splits.reshape(-1).tolist()
+    if not hasattr(splits, "__iter__"):
+        raise TypeError(f"{fn}: {what}: pass one per rank as a list or an integer tensor, got "
+                        f"{type(splits).__name__}")
+    out = []
+    for i, s in enumerate(splits):
+        if _numeric_non_integer(s):
+            raise ValueError(f"{fn}: {what}, got splits[{i}] = {s!r}")
+        try:
+            out.append(operator.index(s))
+        except TypeError:
+            raise TypeError(f"{fn}: {what}, got splits[{i}] of type "
+                            f"{type(s).__name__}") from None
+    return out
+
+
+def _numeric_non_integer(x):
+    """True for a float, complex or bool number, or a tensor or array of such a dtype."""
+    if isinstance(x, bool):
+        return True
+    if isinstance(x, numbers.Number):
+        return not isinstance(x, numbers.Integral)
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return False
+    if hasattr(dtype, "is_floating_point"):  # torch.dtype
+        return dtype.is_floating_point or dtype.is_complex or str(dtype) == "torch.bool"
+    return getattr(dtype, "kind", "O") in ("f", "c", "b")  # numpy: 'O' is checked per item
 
 
 class Finish:

@@ -24,7 +24,7 @@ from hvd.common.basics import (  # noqa: F401
     mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set, rocm_built,
     shutdown, size, start_timeline, stop_timeline, _set_id)
 from hvd.common.handles import (  # noqa: F401
-    Finish, barrier, join, poll, reduce_op, reducescatter_op, synchronize)
+    Finish, barrier, join, poll, reduce_op, reducescatter_op, split_counts, synchronize)
 from hvd.common.exceptions import HorovodInternalError, HvdInternalError  # noqa: F401
 from hvd.common.refusal import refusing
 
@@ -274,8 +274,8 @@ def alltoall_async(array, splits=None, name=None, process_set=global_process_set
     """Asynchronous alltoall: splits[j] rows go to rank j (equal split when None).
     synchronize(handle) returns (output, received_splits)."""
     src = _contiguous(array)
-    split_list = [] if splits is None else [int(s) for s in np.asarray(splits).ravel()]
-    h = _core.alltoall_async(src, _desc(src), split_list, name or "", _set_id(process_set))
+    counts = split_counts(None if splits is None else np.asarray(splits), "alltoall")
+    h = _core.alltoall_async(src, _desc(src), counts, name or "", _set_id(process_set))
     dtype = src.dtype
 
     def finish(hh):

@@ -98,12 +98,16 @@ def _loads(t):
 # ---- optimizer state ------------------------------------------------------------------------
 
 def _describe_state(optimizer, params):
-    """Root's view: per parameter index, {key: ("tensor", shape, dtype, on_param_device) or
-    ("value", v)}; and each param group's options."""
+    """Root's view: per parameter index, None (no state) or {key: ("tensor", shape, dtype,
+    on_param_device) or ("value", v)} (torch 2.x leaves an empty one for a parameter SGD without
+    momentum has stepped); and each param group's options."""
     state = []
     for p in params:
+        if p not in optimizer.state:
+            state.append(None)
+            continue
         entry = {}
-        for key, v in optimizer.state.get(p, {}).items():
+        for key, v in optimizer.state[p].items():
             if isinstance(v, torch.Tensor) and not v.is_sparse:
                 entry[key] = ("tensor", tuple(v.shape), v.dtype, v.device == p.device)
             else:
@@ -149,10 +153,10 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     handles = []
     with torch.no_grad():
         for i, (p, entry) in enumerate(zip(params, desc["state"])):
-            if not entry:
+            if entry is None:
                 optimizer.state.pop(p, None)
                 continue
-            st = optimizer.state[p]
+            st = optimizer.state.setdefault(p, {})
             for key in [k for k in st if k not in entry]:
                 del st[key]
             for key in sorted(entry, key=str):

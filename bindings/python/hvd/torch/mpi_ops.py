@@ -16,7 +16,7 @@ from hvd.common import basics
 from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, global_process_set,
                                _set_id)
 from hvd.common.handles import (  # noqa: F401
-    Finish, barrier, join, poll, reduce_op, reducescatter_op, synchronize)
+    Finish, barrier, join, poll, reduce_op, reducescatter_op, split_counts, synchronize)
 from hvd.common.exceptions import HorovodInternalError
 from hvd.common.refusal import refusing
 from hvd.torch.compression import Compression
@@ -441,20 +441,12 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def _splits_list(splits):
-    if splits is None:
-        return []
-    if isinstance(splits, torch.Tensor):
-        return [int(s) for s in splits.tolist()]
-    return [int(s) for s in splits]
-
-
 @refusing("alltoall")
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Asynchronous alltoall: splits[j] rows go to rank j (equal split when None).
     synchronize(handle) returns (output, received_splits)."""
     src = _tensor(tensor, "alltoall_async").contiguous()
-    h = _core.alltoall_async(src, _desc(src), _splits_list(splits), name or "",
+    h = _core.alltoall_async(src, _desc(src), split_counts(splits, "alltoall"), name or "",
                              _set_id(process_set))
 
     # Horovod: received splits have the dtype of `splits` when it is a tensor, else int32.

@@ -313,7 +313,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     namespace["__qualname__"] = base.__qualname__
     cls = type(base.__name__, (base,), namespace)
     obj = cls.__new__(cls)
-    obj.__dict__.update(optimizer.__dict__)
+    # An LR scheduler built on `optimizer` before it was wrapped replaced its step by one bound
+    # to `optimizer` (an instance attribute): the wrapper keeps its own step (the schedule still
+    # applies: param_groups are shared).
+    obj.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k != "step"})
     obj._hvd_setup(named_parameters, settings, num_groups, groups)
     return obj
 

@@ -122,5 +122,28 @@ class SyncBatchNorm(_BatchNorm):
         return _SyncBatchNormFn.apply(input, self.weight, self.bias, running_mean, running_var,
                                       self.eps, factor, self.process_set)
 
+    @classmethod
+    def convert_sync_batchnorm(cls, module, process_set=global_process_set):
+        """`module` with every batch norm in it (torch.nn.BatchNorm{1,2,3}d, and
+        torch.nn.SyncBatchNorm, which needs torch.distributed) replaced by hvd's SyncBatchNorm
+        on `process_set`, as torch.nn.SyncBatchNorm.convert_sync_batchnorm does for torch's:
+        the new modules take over the same parameter and buffer tensors (an optimizer built
+        before keeps working; state_dict keys are unchanged) and the training flag. Returns
+        the converted module (`module` itself when it is not a batch norm)."""
+        out = module
+        if isinstance(module, _BatchNorm) and not isinstance(module, cls):
+            out = cls(module.num_features, module.eps, module.momentum, module.affine,
+                      module.track_running_stats, process_set)
+            if module.affine:
+                out.weight, out.bias = module.weight, module.bias
+            out.running_mean, out.running_var = module.running_mean, module.running_var
+            out.num_batches_tracked = module.num_batches_tracked
+            out.training = module.training
+            if hasattr(module, "qconfig"):
+                out.qconfig = module.qconfig
+        for name, child in module.named_children():
+            out.add_module(name, cls.convert_sync_batchnorm(child, process_set))
+        return out
+
 
 __all__ = ["SyncBatchNorm"]

@@ -142,7 +142,9 @@ def loads(payload):
     """The object of a payload written by ``dumps`` (or by torch.save), tensors on the CPU."""
     view = memoryview(payload)
     if bytes(view[:len(_MAGIC)]) != _MAGIC:
-        return torch.load(io.BytesIO(payload), map_location="cpu")
+        # hvd's own snapshot, written by this job: every object loads, as torch < 2.6 did by
+        # default (2.6 defaults to weights_only=True, which refuses e.g. a field's class).
+        return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
     start = len(_MAGIC) + _LENGTH.size
     (length,) = _LENGTH.unpack(view[len(_MAGIC):start])
     return _lower(pickle.loads(view[start:start + length]), view[start + length:])
