@@ -113,7 +113,12 @@ def main():
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--batch", type=int, default=8, help="images per rank per step")
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--no-onednn", action="store_true",
+                        help="torch's own CPU convolutions instead of oneDNN's (Debian 13's torch "
+                             "2.6 can return NaN gradients from oneDNN's with several threads)")
     args = parser.parse_args()
+    if args.no_onednn:
+        torch.backends.mkldnn.enabled = False
     hvd.init()
     net_g, net_d = build(distributed=True)
     opt_g, opt_d = optimizers(net_g, net_d)
