@@ -11,8 +11,8 @@
 #include <catch2/catch_session.hpp>
 #include <catch2/catch_test_case_info.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/interfaces/catch_interfaces_reporter.hpp>
 #include <catch2/generators/catch_generators.hpp>
+#include <catch2/interfaces/catch_interfaces_reporter.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <catch2/reporters/catch_reporter_event_listener.hpp>
 #include <catch2/reporters/catch_reporter_registrars.hpp>

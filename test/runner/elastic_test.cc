@@ -70,12 +70,8 @@ TEST_CASE("--min-np and --reset-limit parse and are checked", "[unit]") {
   CHECK(p.options.min_np == 2);
   CHECK(p.options.reset_limit == 3);
   CHECK(parse_command_line({"-np", "2", "prog"}).options.min_np == 0);
-  CHECK_THAT(usage_error([] {
-               parse_command_line({"-np", "2", "--min-np", "3", "prog"});
-             }),
-             hvd::test::Contains("--min-np 3 must be between 1 and -np 2"));
-  CHECK_THAT(usage_error([] {
-               parse_command_line({"-np", "2", "--reset-limit", "1", "prog"});
-             }),
-             hvd::test::Contains("--reset-limit needs elastic mode"));
+  const auto call_1 = [] { parse_command_line({"-np", "2", "--min-np", "3", "prog"}); };
+  CHECK_THAT(usage_error(call_1), hvd::test::Contains("--min-np 3 must be between 1 and -np 2"));
+  const auto call_2 = [] { parse_command_line({"-np", "2", "--reset-limit", "1", "prog"}); };
+  CHECK_THAT(usage_error(call_2), hvd::test::Contains("--reset-limit needs elastic mode"));
 }

@@ -78,14 +78,11 @@ TEST_CASE("an allocation pairs nodes with their tasks; outside one there is none
   CHECK(alloc_of("n[1-2]", "3(x2)").ntasks == 6);
   CHECK(alloc_of("n[1-2]", "3(x2)", "5").ntasks == 5);
   CHECK(describe_allocation(a) == "job 42, 7 tasks on node01:2,node02:2,node03:2,gpu1:1");
-  CHECK_THAT(usage_error([] {
-               slurm_allocation({"42", "n[1-3]", "2(x2)", ""});
-             }),
+  const auto call_1 = [] { slurm_allocation({"42", "n[1-3]", "2(x2)", ""}); };
+  CHECK_THAT(usage_error(call_1),
              Contains("gives 2 counts but SLURM_JOB_NODELIST 'n[1-3]' has 3 nodes"));
-  CHECK_THAT(usage_error([] {
-               slurm_allocation({"42", "n[1-2]", "2(x2)", "9"});
-             }),
-             Contains("SLURM_NTASKS '9' is not a task count from 1 to 4"));
+  const auto call_2 = [] { slurm_allocation({"42", "n[1-2]", "2(x2)", "9"}); };
+  CHECK_THAT(usage_error(call_2), Contains("SLURM_NTASKS '9' is not a task count from 1 to 4"));
 }
 
 TEST_CASE("no -np and no -H: the whole allocation", "[unit]") {
@@ -113,24 +110,19 @@ TEST_CASE("-H inside an allocation: allocated nodes only, within their tasks", "
   CHECK(plan_in_allocation(a, 1, {{"node01", 2}}, "node01").np == 1);
   // This machine under another name matches the node that is this machine.
   CHECK(plan_in_allocation(a, 0, {{"localhost", 2}}, "node01.cluster").np == 2);
-  CHECK_THAT(usage_error([&] {
-               plan_in_allocation(a, 0, {{"node03", 1}}, "node01");
-             }),
+  const auto call_3 = [&] { plan_in_allocation(a, 0, {{"node03", 1}}, "node01"); };
+  CHECK_THAT(usage_error(call_3),
              Contains("host 'node03' (from -H/--hostfile) is not in the Slurm allocation") &&
                  Contains("node01:2,node02:2"));
-  CHECK_THAT(usage_error([&] {
-               plan_in_allocation(a, 0, {{"node01", 3}}, "node01");
-             }),
-             Contains("host 'node01' asks for 3 slots") &&
-                 Contains("but the Slurm allocation (job 42") && Contains("has 2 on node01"));
-  CHECK_THAT(usage_error([&] {
-               plan_in_allocation(a, 0, {{"localhost", 1}}, "login");
-             }),
-             Contains("host 'localhost' (from -H/--hostfile) is not in"));
+  const auto call_4 = [&] { plan_in_allocation(a, 0, {{"node01", 3}}, "node01"); };
+  CHECK_THAT(usage_error(call_4), Contains("host 'node01' asks for 3 slots") &&
+                                      Contains("but the Slurm allocation (job 42") &&
+                                      Contains("has 2 on node01"));
+  const auto call_5 = [&] { plan_in_allocation(a, 0, {{"localhost", 1}}, "login"); };
+  CHECK_THAT(usage_error(call_5), Contains("host 'localhost' (from -H/--hostfile) is not in"));
   auto small = alloc_of("node[01-02]", "2(x2)", "3");
-  CHECK_THAT(usage_error([&] {
-               plan_in_allocation(small, 0, {{"node01", 2}, {"node02", 2}}, "");
-             }),
+  const auto call_6 = [&] { plan_in_allocation(small, 0, {{"node01", 2}, {"node02", 2}}, ""); };
+  CHECK_THAT(usage_error(call_6),
              Contains("-np 4 asks for more ranks than") && Contains("(job 42, 3 tasks on"));
 }
 

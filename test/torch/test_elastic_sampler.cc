@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // hvd::elastic::Sampler's partitions (hvd/optim/elastic_sampler.h): every sample once per epoch,
 // the remaining samples after a resize, a deterministic reshuffle per epoch.
-#include "hvd_catch.h"
 #include <map>
 #include <set>
 #include <vector>
 
 #include "hvd/optim/elastic_sampler.h"
+#include "hvd_catch.h"
 
 using namespace hvd::elastic;
 
