@@ -13,7 +13,9 @@ fi
 echo "lint: clang-format on ${#files[@]} files"
 clang-format --dry-run -Werror "${files[@]}"
 if [[ -f "$BUILD/compile_commands.json" ]]; then
-  mapfile -t srcs < <(printf '%s\n' "${files[@]}" | grep -E '^(core|ops|runner)/src/.*\.cc$')
+  # The sources this build compiled (the GPU module's only where CUDA was found).
+  mapfile -t srcs < <(printf '%s\n' "${files[@]}" | grep -E '^(core|ops|runner)/src/.*\.cc$' |
+                        while read -r f; do grep -qF "/$f\"" "$BUILD/compile_commands.json" && echo "$f"; done)
   echo "lint: clang-tidy on ${#srcs[@]} library sources"
   # GCC's -mtls-dialect=gnu2 (core/CMakeLists.txt) is unknown to this clang: dropped for tidy.
   db=$(mktemp -d)
