@@ -30,6 +30,9 @@ parser.add_argument("--batches-per-commit", type=int, default=10)
 parser.add_argument("--batches-per-host-check", type=int, default=5)
 parser.add_argument("--samples", type=int, default=2048)
 parser.add_argument("--check", action="store_true", default=False)
+parser.add_argument("--no-onednn", action="store_true",
+                    help="torch's own CPU convolutions instead of oneDNN's (Debian 13's torch 2.6 "
+                         "can return NaN gradients from oneDNN's with several threads)")
 
 
 class Net(nn.Module):
@@ -64,6 +67,8 @@ def metric_average(val, name):
 
 def main():
     args = parser.parse_args()
+    if args.no_onednn:
+        torch.backends.mkldnn.enabled = False
     hvd.init()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
