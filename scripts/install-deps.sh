@@ -6,7 +6,7 @@
 set -euo pipefail
 
 PKGS=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git file
   openmpi-bin libopenmpi-dev
   catch2 libboost-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   openssh-client openssh-server iproute2 procps psmisc util-linux
