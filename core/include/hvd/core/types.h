@@ -132,12 +132,7 @@ class Shape {
   }
   void assign(const int64_t* first, const int64_t* last) {
     const auto n = static_cast<size_t>(last - first);
-    if (n > cap_) {
-      // Nothing to keep: the old dimensions are replaced.
-      release();
-      heap_ = new int64_t[n];
-      cap_ = static_cast<uint32_t>(n);
-    }
+    if (n > cap_) reallocate(n, 0);  // nothing to keep: the old dimensions are replaced
     std::copy(first, last, data());
     size_ = static_cast<uint32_t>(n);
   }
@@ -164,13 +159,15 @@ class Shape {
     }
     return true;
   }
-  // Room for n > size_ dimensions, the first size_ kept. What to keep is read before the
-  // allocation: operator new may be replaced, so the compiler must assume that it changes
-  // size_, and would otherwise see a copy of up to 2^32 dimensions into the new block.
+  // Room for n dimensions (the first size_ kept).
   void grow(size_t n) {
-    if (n <= cap_) return;
+    if (n > cap_) reallocate(n, std::min<size_t>(size_, n));
+  }
+  // A block of n dimensions holding the first `keep` of the current ones. `keep` is read by the
+  // caller, before the allocation: operator new may be replaced, so the compiler must assume
+  // that it changes size_, and would otherwise see a copy of up to 2^32 dimensions into it.
+  void reallocate(size_t n, size_t keep) {
     const int64_t* old = data();
-    const size_t keep = std::min<size_t>(size_, n);
     auto* bigger = new int64_t[n];
     std::copy(old, old + keep, bigger);
     release();
