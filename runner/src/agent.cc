@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// `hvdrun --agent`: run over ssh by the preflight; reports this host and connects back.
+// `hvdrun --agent`: run over ssh by the preflight; reports this host and connects back. The job
+// token arrives as the first line of stdin (never in argv, which every user of the host can
+// read with ps).
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -15,6 +17,7 @@
 #include "hvd/runner/agent_report.h"
 #include "hvd/runner/local_system.h"
 #include "hvd/runner/modes.h"
+#include "hvd/runner/state_dir.h"
 #include "hvd/runner/wire.h"
 
 namespace hvd::runner {
@@ -77,6 +80,12 @@ struct Probe : std::enable_shared_from_this<Probe> {
 int run_agent(const std::vector<std::string>& args) {
   std::map<std::string, std::string> opt;
   for (size_t i = 1; i + 1 < args.size(); i += 2) opt[args[i]] = args[i + 1];
+  std::string token;
+  if (!std::getline(std::cin, token) || token.empty()) {
+    std::cerr << "hvdrun --agent: no job token on stdin (the agent is started by hvdrun's "
+                 "preflight only, which writes it there)\n";
+    return 2;
+  }
   AgentReport r;
   r.hostname = local_hostname();
   for (const auto& i : local_interfaces()) r.interfaces.push_back(i);
@@ -88,6 +97,12 @@ int run_agent(const std::vector<std::string>& args) {
   r.mpirun_found = !find_program("mpirun", opt["--cwd"], path).empty();
   r.orted_found = !find_program("orted", opt["--cwd"], path).empty();
   r.prted_found = !find_program("prted", opt["--cwd"], path).empty();
+  if (opt.count("--state-base")) {
+    r.state_base_checked = true;
+    r.state_base_problem = state_base_problem(opt["--state-base"]);
+    const auto free = free_bytes(opt["--state-base"]);
+    r.state_base_free = free ? static_cast<long long>(*free) : -1;
+  }
 
   double timeout = 5;
   try {
@@ -104,7 +119,7 @@ int run_agent(const std::vector<std::string>& args) {
     size_t colon = ep.rfind(':');
     if (colon != std::string::npos) {
       probes.push_back(std::make_shared<Probe>(io, ep.substr(0, colon), ep.substr(colon + 1)));
-      probes.back()->start(opt["--token"], opt.count("--host") ? opt["--host"] : r.hostname);
+      probes.back()->start(token, opt.count("--host") ? opt["--host"] : r.hostname);
     }
     if (comma == std::string::npos) break;
     start = comma + 1;

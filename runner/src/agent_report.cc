@@ -18,6 +18,10 @@ std::string format_agent_report(const AgentReport& r) {
   out << "HVDAGENT mpirun " << (r.mpirun_found ? "ok" : "missing") << "\n";
   out << "HVDAGENT orted " << (r.orted_found ? "ok" : "missing") << "\n";
   out << "HVDAGENT prted " << (r.prted_found ? "ok" : "missing") << "\n";
+  if (r.state_base_checked) {
+    out << "HVDAGENT statebase " << r.state_base_free << " "
+        << (r.state_base_problem.empty() ? "ok" : r.state_base_problem) << "\n";
+  }
   out << "HVDAGENT done\n";
   return out.str();
 }
@@ -61,6 +65,11 @@ AgentReport parse_agent_report(const std::string& output) {
       r.orted_found = rest == "ok";
     } else if (key == "prted") {
       r.prted_found = rest == "ok";
+    } else if (key == "statebase") {
+      std::istringstream f(rest);
+      r.state_base_checked = static_cast<bool>(f >> r.state_base_free);
+      std::getline(f >> std::ws, r.state_base_problem);
+      if (r.state_base_problem == "ok") r.state_base_problem.clear();
     } else if (key == "done") {
       r.complete = true;
     }

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace hvd::runner {
@@ -36,12 +37,10 @@ LaunchSpec base_launch_spec(const Options& o, int np, std::vector<HostSlots> hos
 }
 
 std::vector<std::string> rank_wrapper_prefix(const std::string& self, const std::string& connect,
-                                             const std::string& token, const Options& o,
-                                             int generation) {
+                                             const Options& o, int generation) {
   return {self,
           "--rank-wrapper",
           connect,
-          token,
           seconds_text(o.grace_period_s),
           std::to_string(generation),
           seconds_text(o.heartbeat_timeout_s),
@@ -84,9 +83,13 @@ std::vector<std::string> build_mpirun_command(const LaunchSpec& s) {
     add(output_dir_words(m, s.output_dir));
   }
   for (const auto& e : s.env) {
+    if (std::find(s.secret_env.begin(), s.secret_env.end(), e.name) != s.secret_env.end()) {
+      continue;
+    }
     c.push_back("-x");
     c.push_back(e.value ? e.name + "=" + *e.value : e.name);
   }
+  for (const auto& name : s.secret_env) add({"-x", name});
   add(s.wrapper);
   add(s.command);
   return c;

@@ -79,8 +79,6 @@ void HostCheck::run_agent() {
   double agent_timeout = std::min(5.0, std::max(0.5, remaining_s() - 1.0));
   std::vector<std::string> remote{config_.hvdrun_path,
                                   "--agent",
-                                  "--token",
-                                  config_.token,
                                   "--connect",
                                   connect,
                                   "--cwd",
@@ -93,6 +91,8 @@ void HostCheck::run_agent() {
                                   seconds_text(agent_timeout),
                                   "--host",
                                   result_.host};
+  if (!config_.state_base.empty())
+    remote.insert(remote.end(), {"--state-base", config_.state_base});
   int connect_timeout = std::max(1, static_cast<int>(std::ceil(remaining_s())));
   std::vector<std::string> argv{"ssh", "-T",
                                 "-o",  "BatchMode=yes",
@@ -102,6 +102,7 @@ void HostCheck::run_agent() {
   argv.push_back(result_.host);
   argv.push_back(shell_join(remote));
   ssh_ = std::make_unique<Subprocess>(io_, argv, true);
+  ssh_->set_stdin(config_.token + "\n");  // the token: the agent's stdin, never argv
   ssh_->on_stdout([this](const std::string& l) { out_ += l + "\n"; });
   ssh_->on_stderr([this](const std::string& l) { err_ += l + "\n"; });
   ssh_->on_exit([this](int status) { agent_done(status); });
@@ -129,6 +130,11 @@ void HostCheck::agent_done(int status) {
                      ? "looked in " + config_.cwd
                      : std::string("looked in the PATH forwarded from this machine")) +
                 "); copy it to the same path on every host");
+  }
+  if (!config_.state_base.empty() && r.state_base_checked && !r.state_base_problem.empty()) {
+    p.push_back("the elastic state base on " + result_.host + ": " + r.state_base_problem +
+                "; create it there (as on every host) or choose another with "
+                "--elastic-state-dir");
   }
   std::string mpi = open_mpi_problem(r, config_.mpi, result_.host);
   if (!mpi.empty()) p.push_back(mpi);

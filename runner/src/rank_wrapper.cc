@@ -6,11 +6,18 @@
 // so neither a dead or frozen master nor a killed orted (Open MPI 5: prted) leaves it behind.
 // In elastic mode it also forwards the program's progress reports (HVD_ELASTIC_PROGRESS_FILE,
 // polled twice a second) to the master's step watchdog as BEAT lines (elastic_watchdog.h).
+// The job token comes in HVD_JOB_TOKEN (mpirun's environment, never argv) and is removed from
+// the environment before the program starts. The elastic state directory must be this job's
+// own (core/private_dir.h: created 0700 by the first wrapper of the host, then checked with
+// lstat); anything else, such as a directory or a symbolic link another user planted under the
+// same name, stops the rank with kExitElasticFatal before the program runs. Its files are
+// opened with O_NOFOLLOW.
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -25,14 +32,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
-#include <sstream>
 #include <string>
 
+#include "hvd/core/private_dir.h"
+#include "hvd/runner/elastic.h"
+#include "hvd/runner/launch_command.h"
 #include "hvd/runner/local_system.h"
 #include "hvd/runner/modes.h"
+#include "hvd/runner/state_dir.h"
 #include "hvd/runner/wire.h"
 
 namespace hvd::runner {
@@ -84,36 +93,82 @@ bool connect_master(asio::io_context& io, tcp::socket& socket, const std::string
 
 // Writes "<seq> <bits>" to `path` through a temporary file renamed over it, so the program
 // reads the old content or the new, never a part.
+// Files in the state directory: opened with O_NOFOLLOW (core::open_private_file).
 void write_hosts_file(const std::string& path, int seq, int bits) {
   const std::string tmp = path + ".tmp";
   const std::string text = std::to_string(seq) + " " + std::to_string(bits) + "\n";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) return;
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) == 0 && ok) std::rename(tmp.c_str(), path.c_str());
+  const int fd = core::open_private_file(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (::close(fd) == 0 && ok) std::rename(tmp.c_str(), path.c_str());
 }
 
+// The file's content ("" when it is missing, unreadable or a symbolic link).
 std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string out;
+  const int fd = core::open_private_file(path, O_RDONLY);
+  if (fd < 0) return out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+// Whether `path` exists as a file of its own (a symbolic link does not count).
+bool file_exists(const std::string& path) {
+  const int fd = core::open_private_file(path, O_RDONLY);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+// Elastic mode, once per host (local rank 0): a warning when the state directory's file system
+// has less room than the last commit took (the snapshot there, or the size hvdrun saw), so the
+// user learns it before the next commit fails. HVD_ELASTIC_LAST_COMMIT_BYTES is the wrapper's
+// alone: removed before the program starts.
+void warn_if_low_on_space(const std::string& dir, const std::string& host) {
+  uint64_t last = 0;
+  if (const char* seen = std::getenv(kLastCommitBytesVariable)) {
+    last = std::strtoull(seen, nullptr, 10);
+  }
+  ::unsetenv(kLastCommitBytesVariable);
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (local != nullptr && std::atoi(local) != 0) return;
+  struct stat st {};
+  if (::lstat((dir + "/" + kSnapshotFileName).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    last = std::max(last, static_cast<uint64_t>(st.st_size));
+  }
+  const auto free = free_bytes(dir);
+  if (last == 0 || !free) return;
+  const std::string warning = low_space_warning("host " + host, dir, *free, last);
+  if (!warning.empty()) std::cerr << warning << "\n" << std::flush;
 }
 
 }  // namespace
 
 int run_rank_wrapper(const std::vector<std::string>& args) {
-  // args: --rank-wrapper ADDRS TOKEN GRACE GENERATION HEARTBEAT_TIMEOUT -- program args...
-  if (args.size() < 8 || args[6] != "--") {
+  // args: --rank-wrapper ADDRS GRACE GENERATION HEARTBEAT_TIMEOUT -- program args...
+  constexpr size_t kProgram = 6;
+  if (args.size() < kProgram + 1 || args[kProgram - 1] != "--") {
     std::cerr << "hvdrun --rank-wrapper: internal usage error (started by hvdrun only)\n";
     return 2;
   }
-  const std::string& token = args[2];
-  const double grace = std::atof(args[3].c_str());
-  const int generation = std::atoi(args[4].c_str());
-  const double heartbeat_timeout = std::atof(args[5].c_str());  // 0 = off
+  const double grace = std::atof(args[2].c_str());
+  const int generation = std::atoi(args[3].c_str());
+  const double heartbeat_timeout = std::atof(args[4].c_str());  // 0 = off
+  const std::string& program = args[kProgram];
   const int rank = env_rank();
   const std::string host = local_hostname();
+  const char* token_env = std::getenv(kJobTokenVariable);
+  if (token_env == nullptr || *token_env == '\0') {
+    std::cerr << "hvdrun: rank " << rank << " on " << host << ": no job token in $"
+              << kJobTokenVariable << " (hvdrun passes it through mpirun's environment; an mpirun "
+              << "that does not forward '-x " << kJobTokenVariable << "' to this host loses it); "
+              << "not starting " << program << "\n";
+    return 2;
+  }
+  const std::string token = token_env;
+  ::unsetenv(kJobTokenVariable);  // the program never sees the job's token
   setenv("HVD_HOSTNAME", host.c_str(), 1);
 
   asio::io_context io;
@@ -124,7 +179,7 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   std::string error;
   if (!connect_master(io, socket, args[1], error)) {
     std::cerr << "hvdrun: rank " << rank << " on " << host << " cannot reach hvdrun at " << args[1]
-              << " (" << error << "); not starting " << args[7] << "\n";
+              << " (" << error << "); not starting " << program << "\n";
     return 1;
   }
   boost::system::error_code ec;
@@ -140,7 +195,25 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   std::string completion, progress;
   std::string hosts_file;
   if (const char* dir = std::getenv("HVD_ELASTIC_STATE_DIR")) {
-    ::mkdir(dir, 0700);
+    // The first wrapper of the host creates it; every wrapper checks that it is the job's own
+    // before the program reads a snapshot from it.
+    const std::string problem = core::make_private_directory(dir);
+    if (!problem.empty()) {
+      std::cerr << "hvdrun: rank " << rank << " on " << host
+                << ": the elastic state directory is not this job's own: " << problem
+                << "; not starting " << program
+                << " (another user may have created it to have this job run their snapshot; "
+                   "nothing was read from it. Remove it, or give hvdrun --elastic-state-dir a "
+                   "directory only you can write to)\n"
+                << std::flush;
+      asio::write(
+          socket,
+          asio::buffer(format_message({MessageKind::kExit, token, host, rank, kExitElasticFatal}) +
+                       "\n"),
+          ec);
+      return kExitElasticFatal;
+    }
+    warn_if_low_on_space(dir, host);
     const std::string me = std::to_string(rank) + "." + std::to_string(getpid());
     completion = std::string(dir) + "/complete." + me;
     hosts_file = std::string(dir) + "/hosts." + me;
@@ -154,7 +227,9 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   }
 
   std::vector<char*> argv;
-  for (size_t i = 7; i < args.size(); ++i) argv.push_back(const_cast<char*>(args[i].c_str()));
+  for (size_t i = kProgram; i < args.size(); ++i) {
+    argv.push_back(const_cast<char*>(args[i].c_str()));
+  }
   argv.push_back(nullptr);
   const pid_t parent = getpid();
   pid_t child = fork();
@@ -274,16 +349,24 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   std::string seen;
   int beats = 0;
   bool completed = false;
+  // A BEAT when the progress file ("<seq> <commit id>", hvd/optim/elastic_progress.h) changed.
+  auto beat_if_changed = [&] {
+    std::string now = read_file(progress);
+    if (now.empty() || now == seen) return;
+    seen = now;
+    Message beat{MessageKind::kBeat, token, host, rank, ++beats};
+    long long seq = 0, commit = -1;
+    if (std::sscanf(now.c_str(), "%lld %lld", &seq, &commit) == 2 && commit >= 0) {
+      beat.commit = commit;
+    }
+    outbox += format_message(beat) + "\n";
+  };
   std::function<void()> watch_progress = [&] {
     beat_timer.expires_after(std::chrono::milliseconds(500));
     beat_timer.async_wait([&](boost::system::error_code e) {
       if (e) return;
-      std::string now = read_file(progress);
-      if (!now.empty() && now != seen) {
-        seen = now;
-        outbox += format_message({MessageKind::kBeat, token, host, rank, ++beats}) + "\n";
-      }
-      if (!completed && ::access(completion.c_str(), F_OK) == 0) {
+      beat_if_changed();
+      if (!completed && file_exists(completion)) {
         completed = true;  // returned from @hvd.elastic.run: the watchdog lets it finish
         outbox += format_message({MessageKind::kBeat, token, host, rank, -1}) + "\n";
       }
@@ -302,7 +385,11 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
     exit_code = exit_code_from_wait_status(status);
   }
   if (!completion.empty()) {
-    if (exit_code == 0 && ::access(completion.c_str(), F_OK) == 0) {
+    // A commit made since the last look (the program may have died right after it) still
+    // counts for hvdrun's --max-restarts-without-progress: one last look before EXIT.
+    beat_if_changed();
+    if (!outbox.empty() && !writing) asio::write(socket, asio::buffer(outbox), ec);
+    if (exit_code == 0 && file_exists(completion)) {
       asio::write(socket,
                   asio::buffer(format_message({MessageKind::kDone, token, host, rank, 0}) + "\n"),
                   ec);
@@ -316,9 +403,12 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
       // another did. Renamed away first: a rank of the host still committing (another
       // wrapper's, or a straggler of this program's group) then finds no directory (commits
       // never create it) and cannot add a file while it is being deleted.
+      // Only the job's own directory (never what a link points to, nor another's directory).
       const std::string dir = std::getenv("HVD_ELASTIC_STATE_DIR");
       const std::string gone = dir + ".removed." + std::to_string(getpid());
-      if (std::rename(dir.c_str(), gone.c_str()) == 0) {
+      if (core::private_directory_problem(dir).empty() &&
+          std::rename(dir.c_str(), gone.c_str()) == 0 &&
+          core::private_directory_problem(gone).empty()) {
         std::error_code ignored;
         std::filesystem::remove_all(gone, ignored);
       }

@@ -6,11 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/read.hpp>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <system_error>
+
+extern char** environ;
 
 namespace hvd::runner {
 namespace asio = boost::asio;
@@ -39,15 +42,52 @@ void Subprocess::start() {
     close(out_fds[1]);
     throw std::system_error(errno, std::generic_category());
   }
+  // stdin: the payload, written now into the pipe's buffer (the child reads it, then EOF).
+  int in_fds[2] = {-1, -1};
+  auto close_all = [&] {
+    for (int fd : {out_fds[0], out_fds[1], err_fds[0], err_fds[1], in_fds[0], in_fds[1]}) {
+      if (fd >= 0) close(fd);
+    }
+  };
+  if (!stdin_data_.empty()) {
+    if (stdin_data_.size() > 65536 || pipe2(in_fds, O_CLOEXEC) != 0 ||
+        write(in_fds[1], stdin_data_.data(), stdin_data_.size()) !=
+            static_cast<ssize_t>(stdin_data_.size())) {
+      const int e = stdin_data_.size() > 65536 ? E2BIG : errno;
+      close_all();
+      throw std::system_error(e, std::generic_category(), "stdin pipe");
+    }
+    close(in_fds[1]);
+    in_fds[1] = -1;
+  }
   std::vector<char*> argv;
   for (auto& a : argv_) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The environment, built before fork (the child only calls async-signal-safe functions).
+  std::vector<std::string> env_entries;
+  if (!env_.empty()) {
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      const bool replaced = std::any_of(env_.begin(), env_.end(), [&](const auto& v) {
+        return entry.compare(0, v.first.size() + 1, v.first + "=") == 0;
+      });
+      if (!replaced) env_entries.push_back(entry);
+    }
+    for (const auto& [name, value] : env_) env_entries.push_back(name + "=" + value);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env_entries) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = fork();
-  if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
+  if (pid < 0) {
+    const int e = errno;
+    close_all();
+    throw std::system_error(e, std::generic_category(), "fork");
+  }
   if (pid == 0) {
     if (new_group_) setpgid(0, 0);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
+    int in = in_fds[0] >= 0 ? in_fds[0] : open("/dev/null", O_RDONLY);
+    if (in >= 0) dup2(in, 0);
     dup2(out_fds[1], 1);
     dup2(err_fds[1], 2);
     sigset_t none;
@@ -56,7 +96,11 @@ void Subprocess::start() {
     std::signal(SIGINT, SIG_DFL);
     std::signal(SIGTERM, SIG_DFL);
     std::signal(SIGPIPE, SIG_DFL);
-    execvp(argv[0], argv.data());
+    if (env_.empty()) {
+      execvp(argv[0], argv.data());
+    } else {
+      execvpe(argv[0], argv.data(), envp.data());
+    }
     std::string msg = std::string("hvdrun: cannot run ") + argv[0] + ": " + strerror(errno) + "\n";
     (void)!write(2, msg.data(), msg.size());
     _exit(127);
@@ -65,6 +109,7 @@ void Subprocess::start() {
   if (new_group_) setpgid(pid, pid);  // also here: no race with signal()
   close(out_fds[1]);
   close(err_fds[1]);
+  if (in_fds[0] >= 0) close(in_fds[0]);
   out_.stream.assign(out_fds[0]);
   err_.stream.assign(err_fds[0]);
   out_.open = err_.open = true;

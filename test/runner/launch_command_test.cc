@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "hvd/runner/errors.h"
 #include "hvd_catch.h"
 
@@ -16,7 +18,7 @@ TEST_CASE("localhost job as root: oversubscribe, tagged output, no ssh agent", "
   s.hosts = {{"localhost", 2}};
   s.as_root = true;
   s.env = {{"PATH", std::nullopt}};
-  s.wrapper = {"/opt/hvd/bin/hvdrun", "--rank-wrapper", "127.0.0.1:4000", "tok", "5", "--"};
+  s.wrapper = {"/opt/hvd/bin/hvdrun", "--rank-wrapper", "127.0.0.1:4000", "5", "0", "30", "--"};
   s.command = {"./train", "--epochs", "1"};
   CHECK(build_mpirun_command(s) == Words{"mpirun",
                                          "--allow-run-as-root",
@@ -36,8 +38,9 @@ TEST_CASE("localhost job as root: oversubscribe, tagged output, no ssh agent", "
                                          "/opt/hvd/bin/hvdrun",
                                          "--rank-wrapper",
                                          "127.0.0.1:4000",
-                                         "tok",
                                          "5",
+                                         "0",
+                                         "30",
                                          "--",
                                          "./train",
                                          "--epochs",
@@ -293,6 +296,39 @@ TEST_CASE("the rank wrapper's prefix carries the grace period, generation and he
   o.heartbeat_timeout_s = 30;
   CHECK(seconds_text(5) == "5");
   CHECK(seconds_text(0.25) == "0.25");
-  CHECK(rank_wrapper_prefix("/bin/hvdrun", "10.0.0.1:7000", "tok", o, 4) ==
-        Words{"/bin/hvdrun", "--rank-wrapper", "10.0.0.1:7000", "tok", "2.5", "4", "30", "--"});
+  CHECK(rank_wrapper_prefix("/bin/hvdrun", "10.0.0.1:7000", o, 4) ==
+        Words{"/bin/hvdrun", "--rank-wrapper", "10.0.0.1:7000", "2.5", "4", "30", "--"});
+}
+
+TEST_CASE("the job's secrets are named on mpirun's command line, never given a value", "[unit]") {
+  LaunchSpec s;
+  s.np = 2;
+  s.hosts = {{"localhost", 2}};
+  // A user's `-x HVD_JOB_TOKEN=...` (or an HVD_* variable forwarded by default) gives way: the
+  // values come from mpirun's environment, which hvdrun sets (SuperviseConfig::mpirun_env).
+  s.env = {{"PATH", std::nullopt},
+           {"HVD_JOB_TOKEN", std::string("0123456789abcdef0123456789abcdef")},
+           {"HVD_ELASTIC_KEY", std::nullopt},
+           {"HVD_LOG_LEVEL", std::string("info")}};
+  s.secret_env = {kJobTokenVariable, "HVD_ELASTIC_KEY"};
+  s.wrapper = rank_wrapper_prefix("/bin/hvdrun", "127.0.0.1:4000", Options{}, 0);
+  s.command = {"./train"};
+  const auto c = build_mpirun_command(s);
+  for (const auto& word : c) {
+    CHECK(word.find("0123456789abcdef") == std::string::npos);
+    CHECK(word.find("HVD_JOB_TOKEN=") == std::string::npos);
+  }
+  auto x_of = [&c](const std::string& name) {
+    int n = 0;
+    for (size_t i = 0; i + 1 < c.size(); ++i) n += c[i] == "-x" && c[i + 1] == name;
+    return n;
+  };
+  CHECK(x_of("HVD_JOB_TOKEN") == 1);
+  CHECK(x_of("HVD_ELASTIC_KEY") == 1);
+  CHECK(x_of("PATH") == 1);
+  CHECK(x_of("HVD_LOG_LEVEL=info") == 1);
+  // Named after the other -x entries and before the wrapper.
+  const auto token_at = std::find(c.begin(), c.end(), "HVD_JOB_TOKEN") - c.begin();
+  const auto wrapper_at = std::find(c.begin(), c.end(), "--rank-wrapper") - c.begin();
+  CHECK(token_at < wrapper_at);
 }

@@ -23,6 +23,11 @@ struct AgentReport {
   bool orted_found = false;  // Open MPI 4's daemon
   bool prted_found = false;  // Open MPI 5's daemon
   bool complete = false;     // the final `done` line was seen
+  // Elastic mode (`--state-base DIR` given): whether DIR can hold the job's state directory
+  // (state_base_problem: "" = yes) and its free bytes (-1 = unknown).
+  bool state_base_checked = false;
+  std::string state_base_problem;
+  long long state_base_free = -1;
 };
 
 // Serializes a report (what the agent prints).

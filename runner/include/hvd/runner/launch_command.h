@@ -27,9 +27,13 @@ struct LaunchSpec {
   std::string ssh_identity;
   std::vector<std::string> mpi_interfaces;  // oob(prte)/btl *_if_include (names or CIDRs)
   std::vector<EnvVar> env;                  // -x entries
-  std::string output_dir;                   // per-rank files (else tagged output)
-  std::vector<std::string> wrapper;         // prefix run in front of the program on each rank
-  std::vector<std::string> command;         // program and arguments
+  // The job's secrets (HVD_JOB_TOKEN, HVD_ELASTIC_KEY): `-x NAME` only, after `env` (which loses
+  // any entry of the same name); their values are in mpirun's environment alone
+  // (SuperviseConfig::mpirun_env), never on a command line another user can read with ps.
+  std::vector<std::string> secret_env;
+  std::string output_dir;            // per-rank files (else tagged output)
+  std::vector<std::string> wrapper;  // prefix run in front of the program on each rank
+  std::vector<std::string> command;  // program and arguments
   // Elastic mode: a failed generation is torn down at once (the state is in the last commit):
   // Open MPI 4 kills the other ranks' wrappers without its 1 s wait between TERM and KILL
   // (odls_base_sigkill_timeout 0), which took 1.0 of the 1.1 s of a generation's teardown.
@@ -56,12 +60,16 @@ LaunchSpec base_launch_spec(const Options& o, int np, std::vector<HostSlots> hos
 // A number of seconds as hvdrun prints and passes it: "%g" (5, 2.5, 0.001).
 std::string seconds_text(double s);
 
-// What mpirun runs in front of the program on each rank: `self --rank-wrapper CONNECT TOKEN
-// GRACE GENERATION HEARTBEAT --` (the order run_rank_wrapper parses; GRACE and HEARTBEAT are
-// --grace-period and --heartbeat-timeout from `o`).
+// The variable that carries the job token to the rank wrappers (through mpirun's environment
+// and `-x HVD_JOB_TOKEN`); each wrapper removes it before it starts the program.
+inline constexpr const char* kJobTokenVariable = "HVD_JOB_TOKEN";
+
+// What mpirun runs in front of the program on each rank: `self --rank-wrapper CONNECT GRACE
+// GENERATION HEARTBEAT --` (the order run_rank_wrapper parses; GRACE and HEARTBEAT are
+// --grace-period and --heartbeat-timeout from `o`). No secret: the token is in
+// kJobTokenVariable.
 std::vector<std::string> rank_wrapper_prefix(const std::string& self, const std::string& connect,
-                                             const std::string& token, const Options& o,
-                                             int generation);
+                                             const Options& o, int generation);
 
 // True when `environ` ("NAME=VALUE" entries) sets the Open MPI parameter `param`
 // (OMPI_MCA_<param>): hvdrun then leaves it to the user's value.

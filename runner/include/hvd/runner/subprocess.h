@@ -9,17 +9,19 @@
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hvd/runner/liveness.h"
 
 namespace hvd::runner {
 
-// Runs argv[0] (PATH lookup) with stdin from /dev/null and stdout/stderr piped back line by
-// line. The exit handler runs once, after the child is reaped and its pipes are drained (or
-// 300 ms after reaping when a descendant keeps a pipe open). Not copyable. May be destroyed at
-// any time (a running child is killed): its handlers still queued on the io_context then do
-// nothing, and its line and exit handlers are not called.
+// Runs argv[0] (PATH lookup) with stdin from /dev/null (or a given payload) and stdout/stderr
+// piped back line by line; the environment is hvdrun's, plus the variables given to set_env. The
+// exit handler runs once, after the child is reaped and its pipes are drained (or 300 ms after
+// reaping when a descendant keeps a pipe open). Not copyable. May be destroyed at any time (a
+// running child is killed): its handlers still queued on the io_context then do nothing, and its
+// line and exit handlers are not called.
 class Subprocess {
  public:
   using LineHandler = std::function<void(const std::string&)>;
@@ -33,6 +35,14 @@ class Subprocess {
   void on_stdout(LineHandler h) { out_.handler = std::move(h); }
   void on_stderr(LineHandler h) { err_.handler = std::move(h); }
   void on_exit(ExitHandler h) { exit_handler_ = std::move(h); }
+
+  // Before start(): NAME=VALUE pairs set (or replaced) in the child's environment only, the
+  // channel for a job's secrets (never argv, which every user of the host can read).
+  void set_env(std::vector<std::pair<std::string, std::string>> vars) { env_ = std::move(vars); }
+
+  // Before start(): the child's stdin is a pipe that holds `data` and then ends (at most 64 KiB,
+  // a pipe's buffer, so writing it never blocks), instead of /dev/null.
+  void set_stdin(std::string data) { stdin_data_ = std::move(data); }
 
   // Forks and execs; throws std::system_error when fork/pipe fail. A failed exec shows as
   // exit status 127 with a message on stderr.
@@ -58,6 +68,8 @@ class Subprocess {
   void maybe_finish();
 
   std::vector<std::string> argv_;
+  std::vector<std::pair<std::string, std::string>> env_;
+  std::string stdin_data_;
   bool new_group_;
   pid_t pid_ = -1;
   bool reaped_ = false;
