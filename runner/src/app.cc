@@ -19,6 +19,7 @@
 #include "hvd/runner/modes.h"
 #include "hvd/runner/mpi_profile.h"
 #include "hvd/runner/slurm.h"
+#include "hvd/runner/state_dir.h"
 #include "hvd/runner/supervisor.h"
 #include "network_setup.h"
 
@@ -140,6 +141,9 @@ int launch_elastic(const Options& o, const std::optional<SlurmAllocation>& alloc
       job.static_hosts = {{"localhost", slots}};
     }
   }
+  const StateBase base = choose_state_base(o.elastic_state_dir);
+  job.options.elastic_state_dir = base.dir;
+  job.state_base_why = base.why;
   if (o.dry_run) {
     std::cerr << "hvdrun: elastic: hosts "
               << (job.static_hosts.empty() ? "from " + o.host_discovery_script
@@ -202,8 +206,9 @@ int launch(const Options& o) {
                 << " remote host(s) and choose the network; not run with --dry-run)\n";
     }
     spec.env = forwarded_env(o, env_entries, nccl_names);
-    spec.wrapper = rank_wrapper_prefix(self, all_local ? "127.0.0.1:<port>" : "<master>:<port>",
-                                       "<token>", o, 0);
+    spec.wrapper =
+        rank_wrapper_prefix(self, all_local ? "127.0.0.1:<port>" : "<master>:<port>", o, 0);
+    spec.secret_env = {kJobTokenVariable};
     std::cout << shell_join(build_mpirun_command(spec)) << "\n";
     return kExitOk;
   }
@@ -222,9 +227,11 @@ int launch(const Options& o) {
   nccl_names = net.nccl_names;
   const std::string connect = wrapper_connect_list(net.wrapper_addresses, server.port());
   spec.env = forwarded_env(o, env_entries, nccl_names);
-  spec.wrapper = rank_wrapper_prefix(self, connect, token, o, 0);
+  spec.wrapper = rank_wrapper_prefix(self, connect, o, 0);
+  spec.secret_env = {kJobTokenVariable};
   SuperviseConfig sc;
   sc.mpirun_argv = build_mpirun_command(spec);
+  sc.mpirun_env = {{kJobTokenVariable, token}};
   sc.tag_end = mpi.tag_end;
   sc.np = np;
   sc.grace_s = o.grace_period_s;

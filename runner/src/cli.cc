@@ -101,6 +101,10 @@ void build_app(CLI::App& app, Options& o) {
                  "commit) for this many seconds is handled like a dead one (default 300; 0 = "
                  "off; docs/elastic.md)")
       ->envname("HVD_ELASTIC_STEP_TIMEOUT");
+  app.add_option("--elastic-state-dir", o.elastic_state_dir,
+                 "Elastic mode: the directory (on every host) in which the job creates its "
+                 "private state directory; it must exist and, if others can write to it, be "
+                 "sticky (default: /dev/shm when it has 1 GiB free, else /var/tmp)");
   app.add_flag("--check-build", o.check_build,
                "Print what this build has (MPI, NCCL, CUDA, libtorch, Python) and exit");
 }
@@ -177,6 +181,9 @@ void validate(Options& o, bool np_optional) {
   if (o.reset_limit < -1 || (o.reset_limit >= 0 && o.min_np == 0)) {
     throw UsageError(o.reset_limit < -1 ? "--reset-limit must be 0 or more (e.g. 3)"
                                         : "--reset-limit needs elastic mode: add --min-np N");
+  }
+  if (!o.elastic_state_dir.empty() && o.min_np == 0) {
+    throw UsageError("--elastic-state-dir needs elastic mode: add --min-np N");
   }
   if (!(o.step_timeout_s >= 0)) {
     throw UsageError("--elastic-step-timeout must be zero (off) or more seconds (e.g. 300)");

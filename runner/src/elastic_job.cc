@@ -14,6 +14,7 @@
 //      (counted against --reset-limit), succeed or give up (decide_after_generation).
 #include "elastic_job.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,12 +29,14 @@
 #include <utility>
 
 #include "discovery.h"
+#include "hvd/core/private_dir.h"
 #include "hvd/runner/elastic.h"
 #include "hvd/runner/elastic_hosts.h"
 #include "hvd/runner/env_forward.h"
 #include "hvd/runner/errors.h"
 #include "hvd/runner/launch_command.h"
 #include "hvd/runner/liveness.h"
+#include "hvd/runner/state_dir.h"
 #include "hvd/runner/subprocess.h"
 #include "hvd/runner/supervisor.h"
 #include "network_setup.h"
@@ -70,7 +73,10 @@ void remove_remote_state(asio::io_context& io, const Options& o,
     std::vector<std::string> argv{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"};
     if (o.ssh_port > 0) argv.insert(argv.end(), {"-p", std::to_string(o.ssh_port)});
     if (!o.ssh_identity.empty()) argv.insert(argv.end(), {"-i", o.ssh_identity});
-    argv.insert(argv.end(), {h, "rm", "-rf", dir});
+    // The remote shell removes it only when it is a directory (not a link) of this user.
+    const std::string d = shell_quote(dir);
+    argv.insert(argv.end(), {h, "test -d " + d + " && ! test -h " + d + " && test -O " + d +
+                                    " && rm -rf " + d});
     procs.push_back(std::make_unique<Subprocess>(io, argv, true));
     procs.back()->on_exit([&left](int) { --left; });
     try {
@@ -90,7 +96,13 @@ void remove_remote_state(asio::io_context& io, const Options& o,
 
 int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJob& job) {
   const Options& o = job.options;
-  const std::string dir = "/dev/shm/hvd-elastic-" + job.token;
+  // The job's state directory on each host: a name of its own under the base, created and
+  // checked by the wrappers (state_dir.h); the snapshot key reaches the ranks only through
+  // mpirun's environment.
+  const std::string dir = new_state_dir_name(o.elastic_state_dir);
+  const std::string key = new_elastic_key();
+  uint64_t last_commit_bytes = 0;  // the largest snapshot seen on this machine (0: none yet)
+  if (o.verbose) say("hvdrun: elastic: state in " + dir + " (" + job.state_base_why + ")");
   std::optional<CooldownRange> range;
   if (o.blacklist_cooldown_range.size() == 2) {
     range = CooldownRange{o.blacklist_cooldown_range[0], o.blacklist_cooldown_range[1]};
@@ -200,12 +212,21 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     spec.mpi_interfaces = net.mpi_interfaces;
     spec.env = forwarded_env(o, job.environ_entries, net.nccl_names);
     for (auto& e : elastic_env(dir, generation)) spec.env.push_back(e);
+    struct stat snapshot {};
+    const std::string snapshot_path = dir + "/" + kSnapshotFileName;
+    if (::lstat(snapshot_path.c_str(), &snapshot) == 0 && S_ISREG(snapshot.st_mode)) {
+      last_commit_bytes = std::max(last_commit_bytes, static_cast<uint64_t>(snapshot.st_size));
+    }
+    if (last_commit_bytes > 0) {  // each host's wrapper warns when its free space is below
+      spec.env.push_back({kLastCommitBytesVariable, std::to_string(last_commit_bytes)});
+    }
+    spec.secret_env = {kJobTokenVariable, kElasticKeyVariable};
     spec.elastic = true;
-    spec.wrapper =
-        rank_wrapper_prefix(job.self, wrapper_connect_list(net.wrapper_addresses, server.port()),
-                            job.token, o, generation);
+    spec.wrapper = rank_wrapper_prefix(
+        job.self, wrapper_connect_list(net.wrapper_addresses, server.port()), o, generation);
     SuperviseConfig sc;
     sc.mpirun_argv = build_mpirun_command(spec);
+    sc.mpirun_env = {{kJobTokenVariable, job.token}, {kElasticKeyVariable, key}};
     sc.tag_end = job.mpi.tag_end;
     sc.np = plan.np;
     sc.grace_s = o.grace_period_s;
@@ -301,8 +322,9 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     ++resets;
     ++generation;
   }
+  // Only the job's own directory: a link or another user's directory under its name stays.
   std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  if (core::private_directory_problem(dir).empty()) std::filesystem::remove_all(dir, ec);
   remove_remote_state(io, o, remote_used, dir);
   return code;
 }

@@ -16,7 +16,7 @@ namespace hvd::runner {
 
 // What the launcher knows before the first generation.
 struct ElasticJob {
-  Options options;
+  Options options;  // elastic_state_dir: the base chosen (choose_state_base), never empty
   // The host source when there is no --host-discovery-script: -H/--hostfile, the Slurm
   // allocation or this machine.
   std::vector<HostSlots> static_hosts;
@@ -27,6 +27,7 @@ struct ElasticJob {
   std::string cwd;
   std::string path;
   std::string token;
+  std::string state_base_why;  // why options.elastic_state_dir is the base (for --verbose)
   std::vector<std::string> environ_entries;
   MpiProfile mpi;  // this machine's mpirun, detected once for every generation
 };

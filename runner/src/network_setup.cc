@@ -36,6 +36,7 @@ PreflightConfig preflight_config(const Options& o, const NetworkTarget& t,
   pc.listener_port = t.listener_port;
   pc.token = t.token;
   pc.mpi = t.mpi;
+  if (o.elastic()) pc.state_base = o.elastic_state_dir;
   return pc;
 }
 

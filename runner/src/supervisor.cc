@@ -83,6 +83,7 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   Liveness life;
 
   Subprocess mpirun(io, cfg.mpirun_argv, true);
+  mpirun.set_env(cfg.mpirun_env);
   asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
   asio::steady_timer kill_timer(io);
   asio::steady_timer final_timer(io);

@@ -47,7 +47,7 @@ def run(tmp, name, *extra, hvdrun_args=()):
     p = subprocess.run(command(out, extra, hvdrun_args), capture_output=True, text=True,
                        timeout=180)
     print(f"{name}: {time.time() - t:.1f} s, exit {p.returncode}", flush=True)
-    MY_DIRS.update(re.findall(r"HVD_ELASTIC_STATE_DIR=/dev/shm/(\S+)", p.stderr))
+    MY_DIRS.update(re.findall(r"HVD_ELASTIC_STATE_DIR=(\S+)", p.stderr))
     log = open(out + ".log").read() if os.path.exists(out + ".log") else ""
     result = open(out).read() if os.path.exists(out) else None
     return p, result, log
@@ -107,13 +107,14 @@ def start_and_train(out, hvdrun_args=(), step_s=0.5):
         time.sleep(0.2)
     check(proc.poll() is None, "the job is still running when hvdrun is killed")
     before = rank_processes(out)
-    for pid in before:
+    for pid in before:  # the ranks' environment names the state directory (not secret)
         try:
-            words = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
         except OSError:
             continue
-        if b"--rank-wrapper" in words:  # --rank-wrapper ADDRS TOKEN ...
-            MY_DIRS.add("hvd-elastic-" + words[words.index(b"--rank-wrapper") + 2].decode())
+        for entry in env:
+            if entry.startswith(b"HVD_ELASTIC_STATE_DIR="):
+                MY_DIRS.add(entry.split(b"=", 1)[1].decode())
     return proc, before
 
 
@@ -167,7 +168,7 @@ def hvdrun_stopped(tmp):
           f"no rank or wrapper outlives a frozen hvdrun by --heartbeat-timeout {timeout} + 4 s "
           f"({left} after {gone:.1f} s)")
     time.sleep(0.5)
-    leftovers = [d for d in MY_DIRS if os.path.exists(os.path.join("/dev/shm", d))]
+    leftovers = [d for d in MY_DIRS if os.path.exists(d)]
     check(MY_DIRS and not leftovers,
           f"the wrappers removed the frozen hvdrun's state directory ({MY_DIRS}, {leftovers})")
 
@@ -257,7 +258,7 @@ with tempfile.TemporaryDirectory() as tmp:
     hvdrun_killed(tmp)
 
     time.sleep(1)
-    leftovers = [d for d in MY_DIRS if os.path.exists(os.path.join("/dev/shm", d))]
+    leftovers = [d for d in MY_DIRS if os.path.exists(d)]
     check(len(MY_DIRS) >= (9 if NP == 2 else 6),
           f"the jobs' state directories are known ({len(MY_DIRS)})")
     check(not leftovers, f"hvdrun (or, when it was killed, its wrappers) removes its state "

@@ -39,7 +39,8 @@ struct Options {
   std::optional<double> elastic_timeout;         // --elastic-timeout; nullopt = 600 s
   std::vector<double> blacklist_cooldown_range;  // --blacklist-cooldown-range MIN MAX; {} = never
   int reset_limit = -1;                          // --reset-limit; -1 = no limit
-  double step_timeout_s = 300;  // --elastic-step-timeout / HVD_ELASTIC_STEP_TIMEOUT; 0 = off
+  double step_timeout_s = 300;    // --elastic-step-timeout / HVD_ELASTIC_STEP_TIMEOUT; 0 = off
+  std::string elastic_state_dir;  // --elastic-state-dir; "" = /dev/shm or /var/tmp (state_dir.h)
   bool elastic() const { return min_np > 0; }
   double elastic_timeout_s() const { return elastic_timeout.value_or(600); }
   std::vector<std::string> command;  // program and its arguments

@@ -23,7 +23,9 @@ struct PreflightConfig {
   std::string path_env;     // master's PATH (forwarded to ranks)
   std::vector<std::string> master_addresses;  // the agent tries to connect back to these
   unsigned short listener_port = 0;
-  std::string token;
+  std::string token;       // sent on the agent's stdin (never in argv)
+  std::string state_base;  // elastic mode: the base of the job's state directory, checked on
+                           // each host (state_dir.h); "" = not checked
   MpiProfile mpi = open_mpi_profile(4);  // this machine's mpirun: which daemon hosts need
 };
 

@@ -4,6 +4,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hvd/runner/control_server.h"
@@ -13,6 +14,9 @@ namespace hvd::runner {
 
 struct SuperviseConfig {
   std::vector<std::string> mpirun_argv;
+  // NAME=VALUE pairs set in mpirun's environment only: the job's secrets, which reach the ranks
+  // through `-x NAME` (LaunchSpec::secret_env), never through argv.
+  std::vector<std::pair<std::string, std::string>> mpirun_env;
   int np = 0;
   double grace_s = 5;
   bool retag = true;           // rewrite [job,rank]<stdout>: to [rank]<stdout>:

@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The line protocol between hvdrun (master) and its agents / rank wrappers: pure, no I/O.
 //
-// Every connection to the master's listener starts with one line carrying the job token:
+// Every connection to the master's listener starts with one line carrying the job token, a
+// secret (32 random hex digits per job) that never appears in a command line or a file name:
+// a rank wrapper gets it from $HVD_JOB_TOKEN, which hvdrun sets in mpirun's environment only
+// (mpirun's argv says `-x HVD_JOB_TOKEN`, the name), and removes it before the program starts;
+// a preflight agent reads it from the first line of its stdin (ssh's stdin). Elastic jobs pass
+// their snapshot key, HVD_ELASTIC_KEY, the same way (state_dir.h).
 //   AGENT <token> <host>                 preflight connect-back; the master answers OK <token>
 //   HELLO <token> <rank> <host> <pid> <generation>
 //                                        a rank wrapper started rank <rank> of the job's
@@ -13,7 +18,9 @@
 //                                        returned from @hvd.elastic.run (n = -1); see
 //                                        elastic_watchdog.h
 //   DONE <token> <rank> <host>           (elastic mode) the program reported completion
-//   EXIT <token> <rank> <host> <code>    code = exit status, or 128 + signal number
+//   EXIT <token> <rank> <host> <code>    code = exit status, or 128 + signal number; 76
+//                                        (kExitElasticFatal) without starting the program when
+//                                        the elastic state directory is not the job's own
 // and the master may send the wrapper:
 //   TERM                                 send SIGTERM to the program's process group
 //   KILL                                 send SIGKILL to the program's process group
