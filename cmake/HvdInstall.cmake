@@ -68,7 +68,8 @@ set(CPACK_DEBIAN_HVD_PACKAGE_SHLIBDEPS ON)
 set(CPACK_STRIP_FILES TRUE)
 set(_hvd_deb_depends "libopenmpi-dev" "openmpi-bin" "openssh-client")
 if(HVD_HAVE_TORCH)
-  list(APPEND _hvd_deb_depends "libtorch-dev")
+  # hvd::torch's static elastic store links libcrypto (HMAC-SHA256 of the snapshots).
+  list(APPEND _hvd_deb_depends "libtorch-dev" "libssl-dev")
 endif()
 if(HVD_HAVE_PYTHON)
   # The extension is built for one interpreter ABI (python3.X); numpy backs hvd.numpy.

@@ -8,7 +8,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config git file
   openmpi-bin libopenmpi-dev
-  catch2 libboost-dev libcli11-dev libfmt-dev nlohmann-json3-dev
+  catch2 libboost-dev libcli11-dev libfmt-dev nlohmann-json3-dev libssl-dev
   openssh-client openssh-server iproute2 procps psmisc util-linux
   clang-format clang-tidy
   clang libclang-rt-dev
@@ -21,7 +21,7 @@ PKGS=(
 )
 if [[ "${HVD_DEPS_MINIMAL:-0}" == 1 ]]; then
   PKGS=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev catch2 libboost-dev
-        libcli11-dev libfmt-dev nlohmann-json3-dev)
+        libcli11-dev libfmt-dev nlohmann-json3-dev libssl-dev)
 fi
 
 missing=()

@@ -39,7 +39,7 @@ const char* const kOtherKnown[] = {
     "HVD_TESTHOSTS_PREFIX",      "HVD_TESTHOSTS_SUBNET",        "HVD_TESTHOSTS_DIR",
     "HVD_TESTHOSTS_PRIVATE_TMP", "HVD_SOAK_ITERATIONS",         "HVD_ELASTIC_STATE_DIR",
     "HVD_ELASTIC_GENERATION",    "HVD_ELASTIC_COMPLETION_FILE", "HVD_ELASTIC_PROGRESS_FILE",
-    "HVD_ELASTIC_STEP_TIMEOUT",  "HVD_ELASTIC_HOSTS_FILE"};
+    "HVD_ELASTIC_STEP_TIMEOUT",  "HVD_ELASTIC_HOSTS_FILE",      "HVD_ELASTIC_KEY"};
 
 class Reader {
  public:
@@ -170,6 +170,7 @@ ElasticConfig ElasticConfig::from_env(const Config::Lookup& lookup) {
   if (auto v = lookup("HVD_ELASTIC_COMPLETION_FILE")) c.completion_file = *v;
   if (auto v = lookup("HVD_ELASTIC_HOSTS_FILE")) c.hosts_file = *v;
   if (auto v = lookup("HVD_ELASTIC_PROGRESS_FILE")) c.progress_file = *v;
+  if (auto v = lookup("HVD_ELASTIC_KEY")) c.key = *v;
   return c;
 }
 

@@ -20,6 +20,8 @@ const char* status_code_name(StatusCode code) {
       return "PeerFailure";
     case StatusCode::kInternal:
       return "Internal";
+    case StatusCode::kElasticState:
+      return "ElasticState";
   }
   return "Unknown";
 }

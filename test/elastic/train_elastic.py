@@ -90,7 +90,7 @@ event(f"timing started {T_STARTED:.6f} imported {T_IMPORTED:.6f} "
 if args.fake_hosts:
     host_dir = os.path.join(os.environ["HVD_ELASTIC_STATE_DIR"], f"host{rank % args.fake_hosts}")
     os.environ["HVD_ELASTIC_STATE_DIR"] = host_dir
-    os.makedirs(host_dir, exist_ok=True)  # a fake host's directory (commits never create it)
+    os.makedirs(host_dir, mode=0o700, exist_ok=True)  # a fake host's private directory
     basics.local_rank = lambda: rank // args.fake_hosts
     if generation == 1 and rank == args.lose_host:
         try:

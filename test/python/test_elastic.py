@@ -2,24 +2,64 @@
 """[python] hvd.torch.elastic inside one generation: commit/restore/sync of TorchState and
 ObjectState, resuming from the newest committed snapshot (the ranks agree on it, the lowest rank
 holding it broadcasts, every rank runs the reset callbacks), ElasticSampler's coverage across a
-restart, and the snapshot file under kill -9 during commit. Every expected value is recomputed
-on each rank from seeds. Real process deaths under hvdrun are the [elastic] tier
+restart, the snapshot file under kill -9 during commit, and its authentication: a snapshot written
+without the job's key (HVD_ELASTIC_KEY), damaged or in an older format, or a state directory that
+is not private, raises ElasticStateError naming it and nothing of it is unpickled. Every expected
+value is recomputed on each rank from seeds. Real process deaths under hvdrun are the [elastic] tier
 (test/elastic)."""
+import hashlib
+import hmac
 import os
+import pickle
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 import pytest
 import torch
 import torch.nn as nn
 
 import hvd.torch as hvd
+from hvd.common import elastic as common_elastic
 from hvd.common import elastic_snapshot as snap
+
+#: The job's snapshot key in these tests (hvdrun makes a random one per job).
+KEY = bytes(range(32))
+
+
+@pytest.fixture(autouse=True)
+def _elastic_key(monkeypatch):
+    monkeypatch.setenv("HVD_ELASTIC_KEY", KEY.hex())
+
+
+def snapshot_bytes(commit_id, world_size, payload, key):
+    """A format-2 snapshot file, written here independently of hvd: "HVDSNAP2", commit id,
+    world size, payload length (u64 little endian), HMAC-SHA256 under `key` of those 32 bytes and
+    the payload, then the payload."""
+    header = struct.pack("<8sQQQ", b"HVDSNAP2", commit_id, world_size, len(payload))
+    return header + hmac.new(key, header + payload, hashlib.sha256).digest() + payload
+
+
+def format1_bytes(commit_id, world_size, payload):
+    """A snapshot of the format before authentication: "HVDSNAP1", ids, length, CRC-32."""
+    return struct.pack("<8sQQQI", b"HVDSNAP1", commit_id, world_size, len(payload),
+                       zlib.crc32(payload)) + payload
+
+
+class Plant:
+    """What a planted payload does: unpickling it creates the file `path`."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
 
 
 def model_of(seed):
@@ -255,7 +295,7 @@ def test_resume_takes_the_newest_commit_from_the_lowest_rank_holding_it(shared_d
     # holders of 5 hold different bytes so that the test sees which one was broadcast.
     ids = {0: 3, 1: 5, 3: 5}
     mine = os.path.join(shared_dir, f"host{hvd.rank()}")
-    os.makedirs(mine, exist_ok=True)  # as hvdrun's rank wrapper does (commits never create it)
+    os.makedirs(mine, mode=0o700, exist_ok=True)  # as hvdrun's rank wrapper does
     if hvd.rank() in ids:
         snap.write_snapshot(mine, ids[hvd.rank()], hvd.size(),
                             committed_payload(hvd.rank(), steps=hvd.rank() + 1, batch=hvd.rank()))
@@ -285,6 +325,7 @@ def test_resume_takes_the_newest_commit_from_the_lowest_rank_holding_it(shared_d
 
 def test_without_any_snapshot_the_state_syncs_from_rank_0_and_no_reset_runs(shared_dir,
                                                                            monkeypatch):
+    os.makedirs(os.path.join(shared_dir, "empty"), mode=0o700, exist_ok=True)  # the wrapper's job
     monkeypatch.setenv("HVD_ELASTIC_STATE_DIR", os.path.join(shared_dir, "empty"))
     model, opt = trained(hvd.rank(), steps=1)
     state = hvd.elastic.TorchState(model, opt, epoch=hvd.rank())
@@ -351,7 +392,7 @@ def test_sampler_covers_every_sample_once_per_epoch_across_a_restart(monkeypatch
 def test_sampler_state_travels_in_the_snapshot_and_partitions_for_this_world(shared_dir,
                                                                               monkeypatch):
     n, batch = 37, 3
-    os.makedirs(os.path.join(shared_dir, "sampler"), exist_ok=True)  # the wrapper's job
+    os.makedirs(os.path.join(shared_dir, "sampler"), mode=0o700, exist_ok=True)  # the wrapper's
     monkeypatch.setenv("HVD_ELASTIC_STATE_DIR", os.path.join(shared_dir, "sampler"))
     sampler = hvd.elastic.ElasticSampler(list(range(n)), seed=3)
     state = hvd.elastic.TorchState(sampler=sampler, epoch=0)
@@ -413,14 +454,87 @@ def test_kill_during_commit_never_leaves_a_torn_snapshot(tmp_path):
     assert kills > 0
 
 
-def test_a_damaged_snapshot_reads_as_none(tmp_path):
-    snap.write_snapshot(str(tmp_path), 9, 2, b"x" * 100)
-    assert snap.read_snapshot(str(tmp_path)).commit_id == 9
-    path = snap.snapshot_path(str(tmp_path))
-    with open(path, "r+b") as f:
-        f.seek(-1, os.SEEK_END)
-        f.write(b"y")
-    assert snap.read_snapshot(str(tmp_path)) is None
-    with open(path, "r+b") as f:
-        f.truncate(40)
-    assert snap.read_snapshot(str(tmp_path)) is None
+def test_a_snapshot_is_authenticated_with_the_jobs_key(tmp_path):
+    d = str(tmp_path)  # pytest makes it 0700: a private directory
+    snap.write_snapshot(d, 9, 2, b"x" * 100)
+    with open(snap.snapshot_path(d), "rb") as f:
+        assert f.read() == snapshot_bytes(9, 2, b"x" * 100, KEY)
+    with open(snap.snapshot_path(d), "wb") as f:
+        f.write(snapshot_bytes(11, 3, b"written here", KEY))
+    assert snap.read_snapshot(d) == (11, 3, b"written here")
+
+
+@pytest.mark.parametrize("damage", ["payload bit", "commit id", "truncated", "wrong key"])
+def test_a_damaged_snapshot_raises_elastic_state_error_naming_it(tmp_path, damage):
+    d = str(tmp_path)
+    path = snap.snapshot_path(d)
+    data = bytearray(snapshot_bytes(9, 2, b"x" * 100, KEY))
+    if damage == "payload bit":
+        data[-1] ^= 1
+    elif damage == "commit id":
+        data[8] = 10
+    elif damage == "truncated":
+        del data[-1]
+    else:
+        data = snapshot_bytes(9, 2, b"x" * 100, bytes(32))
+    with open(path, "wb") as f:
+        f.write(data)
+    with pytest.raises(hvd.elastic.ElasticStateError) as info:
+        snap.read_snapshot(d)
+    assert f"refusing the snapshot '{path}': " in str(info.value)
+    why = "it is truncated" if damage == "truncated" else "its HMAC-SHA256 does not verify"
+    assert why in str(info.value)
+    assert not isinstance(info.value, hvd.HorovodInternalError)  # no restart can fix it
+
+
+def test_a_state_directory_open_to_others_is_refused(tmp_path, monkeypatch):
+    d = tmp_path / "state"
+    d.mkdir(mode=0o700)
+    snap.write_snapshot(str(d), 1, 1, b"p")
+    d.chmod(0o755)
+    with pytest.raises(hvd.elastic.ElasticStateError,
+                       match=f"refusing the state directory: '{d}' has mode 0755, not 0700"):
+        snap.read_snapshot(str(d))
+    with pytest.raises(hvd.elastic.ElasticStateError, match="has mode 0755"):
+        snap.write_snapshot(str(d), 2, 1, b"q")
+
+
+def test_a_state_directory_without_the_key_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("HVD_ELASTIC_KEY")
+    with pytest.raises(hvd.elastic.ElasticStateError,
+                       match="HVD_ELASTIC_STATE_DIR is set but HVD_ELASTIC_KEY is not"):
+        snap.write_snapshot(str(tmp_path), 1, 1, b"p")
+
+
+@pytest.mark.parametrize("planted", ["wrong key", "format 1"])
+def test_a_planted_snapshot_is_refused_on_every_rank_and_never_unpickled(shared_dir, monkeypatch,
+                                                                        planted):
+    # Rank 0's host holds the planted file with the newest commit id (2**62), whose payload
+    # creates a marker file when unpickled; every other rank's host holds this job's commit 5.
+    tag = planted.replace(" ", "-")
+    mine = os.path.join(shared_dir, f"{tag}-host{hvd.rank()}")
+    os.mkdir(mine, 0o700)
+    marker = os.path.join(shared_dir, f"unpickled-{tag}-{hvd.rank()}")
+    path = snap.snapshot_path(mine)
+    if hvd.rank() == 0:
+        payload = pickle.dumps({"epoch": Plant(marker)})
+        data = (snapshot_bytes(2**62, hvd.size(), payload, os.urandom(32)) if planted == "wrong key"
+                else format1_bytes(2**62, hvd.size(), payload))
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(data)
+    else:
+        snap.write_snapshot(mine, 5, hvd.size(), pickle.dumps({"epoch": 5}))
+    monkeypatch.setenv("HVD_ELASTIC_STATE_DIR", mine)
+    state = hvd.elastic.ObjectState(epoch=0)
+    with pytest.raises(hvd.elastic.ElasticStateError) as info:
+        common_elastic._start_generation(state)  # what @hvd.elastic.run does first
+    if hvd.rank() == 0:
+        why = ("its HMAC-SHA256 does not verify" if planted == "wrong key"
+               else "it is a format-1 snapshot")
+        assert f"rank 0 (host " in str(info.value)
+        assert f"refusing the snapshot '{path}': {why}" in str(info.value)
+    else:
+        assert "rank(s) 0 refused their host's elastic state" in str(info.value)
+    assert (state.epoch, state.commit_id) == (0, 0)  # nothing resumed, not even commit 5
+    hvd.barrier()
+    assert not [n for n in os.listdir(shared_dir) if n.startswith("unpickled-")]

@@ -9,7 +9,10 @@
 // generation resumes from the newest commit of any host (resume_from_newest); a failed collective
 // leaves with exit 75 for hvdrun's next generation; the end writes the completion file. In
 // generation 0 rank --fail-rank SIGKILLs itself once --fail-step steps are done. --step-ms
-// sleeps that long after each step (a generation that lasts a while).
+// sleeps that long after each step (a generation that lasts a while). --forge-step S: in
+// generation 0 the commit of step S is written under another key than the job's (a planted or
+// altered snapshot), which the next generation must refuse. An elastic state error (a refused
+// snapshot or directory, a failed write) ends the rank with exit 76 (no restart can fix it).
 //
 // Every rank checks w against the closed form (np the same in every generation):
 //   w[i] = -(i + 1) * (size + 1) / 2 * steps * (steps + 1) / 2
@@ -17,7 +20,7 @@
 //   ELASTIC_STORE_JOB gen=G rank=R resumed_step=S commit=C steps=N w=ok|WRONG
 // (resumed_step/commit -1: started without a snapshot). Exit 1 when w is wrong.
 //
-//   elastic_store_job [--steps N] [--fail-step S] [--fail-rank R] [--step-ms MS]
+//   elastic_store_job [--steps N] [--fail-step S] [--fail-rank R] [--step-ms MS] [--forge-step S]
 #include <signal.h>
 #include <unistd.h>
 
@@ -71,6 +74,7 @@ int main(int argc, char** argv) {
   const int64_t fail_step = flag(argc, argv, "--fail-step", -1);
   const int64_t fail_rank = flag(argc, argv, "--fail-rank", 1);
   const int64_t step_ms = flag(argc, argv, "--step-ms", 0);
+  const int64_t forge_step = flag(argc, argv, "--forge-step", -1);
   const char* gen_env = std::getenv("HVD_ELASTIC_GENERATION");  // set by hvdrun --min-np
   const int generation = gen_env != nullptr ? std::atoi(gen_env) : 0;
   const hvd::elastic::Environment env = hvd::elastic::environment();
@@ -81,7 +85,8 @@ int main(int argc, char** argv) {
   int64_t resumed_step = -1, resumed_commit = -1;
   uint64_t commit_id = 0;
   try {
-    std::optional<hvd::elastic::Snapshot> local;
+    hvd::Result<std::optional<hvd::elastic::Snapshot>> local =
+        std::optional<hvd::elastic::Snapshot>();
     if (!env.state_dir.empty()) {
       if (hvd::local_rank() == 0) hvd::elastic::remove_stale_temporaries(env.state_dir);
       local = hvd::elastic::read_snapshot(env.state_dir);
@@ -117,16 +122,28 @@ int main(int argc, char** argv) {
         ++commit_id;
         if (hvd::local_rank() == 0) {
           const hvd::elastic::Snapshot snap{commit_id, static_cast<uint64_t>(size), encode(state)};
-          const hvd::Status st = hvd::elastic::write_snapshot(env.state_dir, snap);
-          if (!st.ok()) {
-            std::fprintf(stderr, "rank %d: %s\n", rank, st.message().c_str());
-            return 1;
+          if (generation == 0 && state.step == forge_step) {
+            // Somebody without the job's key replaces the host's snapshot.
+            hvd::elastic::SnapshotKey other{};
+            other.fill(0x5a);
+            hvd::throw_if_error(hvd::elastic::write_snapshot(env.state_dir, snap, other));
+            std::fprintf(stderr, "elastic_store_job: rank %d: forged the snapshot of step %lld\n",
+                         rank, static_cast<long long>(state.step));
+          } else {
+            hvd::throw_if_error(hvd::elastic::write_snapshot(env.state_dir, snap));
           }
         }
       }
     }
   } catch (const hvd::Error& e) {
     if (env.state_dir.empty()) throw;
+    if (e.code() == hvd::StatusCode::kElasticState) {  // a restart cannot fix it
+      std::fprintf(stderr, "hvd.elastic: rank %d: hvd::Error: %s; ending the job (exit %d)\n",
+                   rank, e.what(), hvd::elastic::kFatalExitCode);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(hvd::elastic::kFatalExitCode);
+    }
     std::fprintf(stderr, "elastic_store_job: rank %d: %s; leaving for a new generation (exit %d)\n",
                  rank, e.what(), hvd::elastic::kRestartExitCode);
     std::fflush(stdout);

@@ -43,6 +43,10 @@ namespace {
 namespace optim = torch::optim;
 
 constexpr char kMagic[] = "HVDSAVEDFORMAT1";
+// The snapshots' key: the same in every build, so that one build's file verifies in another.
+constexpr hvd::elastic::SnapshotKey kKey = {'h', 'v', 'd', ' ', 's', 'a', 'v', 'e', 'd', ' ', 'f',
+                                            'o', 'r', 'm', 'a', 't', ' ', 't', 'e', 's', 't', ' ',
+                                            'k', 'e', 'y', ' ', '3', '2', 'b', 'y', 't', 'e'};
 const std::vector<double> kBefore = {1.0, -0.5, 2.0};  // the inputs of the steps before the commit
 const std::vector<double> kAfter = {0.75, -1.5, 0.5};  // and after it
 const char* const kKinds[] = {"sgd",   "sgd_nesterov", "adam",   "adam_amsgrad",
@@ -163,8 +167,10 @@ void write_commits(const std::string& path) {
   for (const char* kind : kKinds) {
     Job job(kind, 0.0);
     job.train_until_commit();
-    const std::string snapshot = hvd::elastic::encode_snapshot(
-        {static_cast<uint64_t>(kBefore.size()), /*world_size=*/1, job.payload()});
+    const std::string snapshot =
+        hvd::elastic::encode_snapshot(
+            {static_cast<uint64_t>(kBefore.size()), /*world_size=*/1, job.payload()}, kKey)
+            .value();
     out << kind << ' ' << snapshot.size() << '\n' << snapshot;
   }
   out.close();
@@ -176,8 +182,9 @@ void write_commits(const std::string& path) {
 // The checks of one kind's commit `snapshot`; the differences, one line each.
 std::vector<std::string> check_commit(const std::string& kind, const std::string& snapshot) {
   std::vector<std::string> bad;
-  const auto decoded = hvd::elastic::decode_snapshot(snapshot);
-  if (!decoded) return {"the snapshot is not whole (header or CRC)"};
+  const auto checked = hvd::elastic::decode_snapshot(snapshot, kKey, "the commit of " + kind);
+  if (!checked.ok()) return {checked.status().message()};
+  const hvd::elastic::Snapshot* decoded = &checked.value();
   if (decoded->commit_id != kBefore.size() || decoded->world_size != 1) {
     bad.push_back("snapshot header: commit " + std::to_string(decoded->commit_id) + ", world " +
                   std::to_string(decoded->world_size));

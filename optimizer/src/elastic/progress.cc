@@ -9,6 +9,7 @@
 #include <memory>
 #include <utility>
 
+#include "hvd/core/private_dir.h"
 #include "hvd/hvd.h"
 #include "hvd/optim/elastic_progress.h"
 #include "hvd/optim/elastic_store.h"
@@ -26,7 +27,7 @@ ProgressReporter::~ProgressReporter() {
 Status ProgressReporter::start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (fd_ >= 0) return Status::OK();
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  fd_ = core::open_private_file(path_, O_WRONLY | O_CREAT, 0600);  // in the state directory
   if (fd_ < 0) {
     return internal_error("hvd.elastic: cannot open the progress file '" + path_ +
                           "': " + std::strerror(errno));

@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // hvd::elastic::run's generation boundary: resume at the start, leave with the restart code on
 // a failure, report completion at the end (hvd/optim/elastic.h).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 
+#include "hvd/core/private_dir.h"
 #include "hvd/hvd.h"
 #include "hvd/optim/elastic.h"
 #include "hvd/optim/elastic_progress.h"
@@ -52,9 +57,16 @@ void leave_generation(const char* type, const char* what) {
 void report_completion() {
   const std::string path = environment().completion_file;
   if (path.empty()) return;
-  std::ofstream f(path);
-  f << "done\n";
-  if (!f) throw Error(internal_error("hvd.elastic: cannot write '" + path + "'"));
+  // In the state directory: never through a planted link (O_NOFOLLOW).
+  const int fd = core::open_private_file(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  static constexpr char kDone[] = "done\n";
+  const bool ok = fd >= 0 && ::write(fd, kDone, sizeof kDone - 1) == sizeof kDone - 1;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (!ok) {
+    throw Error(internal_error("hvd.elastic: cannot write the completion file '" + path +
+                               "': " + std::strerror(err)));
+  }
 }
 
 }  // namespace detail

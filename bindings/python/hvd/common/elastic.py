@@ -242,7 +242,10 @@ def _leave_generation(error):
 def _report_completion():
     path = _env("HVD_ELASTIC_COMPLETION_FILE")
     if path is not None:
-        with open(path, "w") as f:
+        # In the state directory: never through a planted link (O_NOFOLLOW).
+        fd = os.open(path, os.O_NOFOLLOW | os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC,
+                     0o600)
+        with os.fdopen(fd, "w") as f:
             f.write("done\n")
 
 

@@ -14,4 +14,13 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
-__all__ = ["HorovodInternalError", "HvdInternalError", "HostsUpdatedInterrupt"]
+class ElasticStateError(RuntimeError):
+    """Elastic training: the job's committed state cannot be trusted or kept: its state directory
+    is not the job's private directory, a snapshot in it is not authentic (changed, truncated,
+    an older format, or written without the job's key), or a commit could not be written (the
+    message names the directory and its free space). Not a HorovodInternalError: a restart cannot
+    fix it, so the job ends with it."""
+
+
+__all__ = ["ElasticStateError", "HorovodInternalError", "HvdInternalError",
+           "HostsUpdatedInterrupt"]

@@ -22,6 +22,10 @@ struct ElasticConfig {
   /// Where this rank reports progress for hvdrun's step watchdog (HVD_ELASTIC_PROGRESS_FILE,
   /// set by the rank wrapper); empty: none.
   std::string progress_file;
+  /// The job's snapshot key, 64 hexadecimal digits (HVD_ELASTIC_KEY: hvdrun makes it for each
+  /// elastic job and passes it only in its ranks' environment); empty: none. Secret: never
+  /// logged. The snapshot store parses it (hvd/optim/elastic_store.h).
+  std::string key;
 
   static ElasticConfig from_env(const Config::Lookup& lookup);
   /// Reads the process environment.

@@ -18,6 +18,9 @@ enum class StatusCode {
   kAborted,          ///< shut down or cancelled before the work ran
   kPeerFailure,      ///< another rank died or its transport failed
   kInternal,         ///< a backend (MPI, NCCL, CUDA) call failed
+  kElasticState,     ///< elastic mode's committed state cannot be trusted or kept (a state
+                     ///< directory not private, a snapshot not authentic, a failed write):
+                     ///< a restart cannot fix it
 };
 
 const char* status_code_name(StatusCode code);
@@ -48,6 +51,9 @@ inline Status mismatch(std::string m) { return {StatusCode::kMismatch, std::move
 inline Status aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 inline Status peer_failure(std::string m) { return {StatusCode::kPeerFailure, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status elastic_state_error(std::string m) {
+  return {StatusCode::kElasticState, std::move(m)};
+}
 
 /// A value or the Status explaining why there is none.
 template <typename T>

@@ -8,7 +8,8 @@ from the last ``commit()`` (hvd.common.elastic explains how; docs/elastic.md for
 from hvd.common.elastic import RESTART_EXIT_CODE, HostUpdateResult, run_fn  # noqa: F401
 from hvd.common.elastic import ObjectState as _CommonObjectState
 from hvd.common.elastic import State  # noqa: F401
-from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
+from hvd.common.exceptions import (  # noqa: F401
+    ElasticStateError, HorovodInternalError, HostsUpdatedInterrupt)
 from hvd.torch.elastic.sampler import ElasticSampler  # noqa: F401
 from hvd.torch.elastic.state import (  # noqa: F401
     ModelStateHandler, OptimizerStateHandler, SamplerStateHandler, StateHandler, TorchState,
@@ -29,7 +30,7 @@ def run(func):
     return run_fn(func)
 
 
-__all__ = ["ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt", "ModelStateHandler",
-           "ObjectState", "OptimizerStateHandler", "RESTART_EXIT_CODE", "SamplerStateHandler",
-           "State", "StateHandler", "TorchState", "get_handler_registry", "run",
-           "set_handler_registry"]
+__all__ = ["ElasticSampler", "ElasticStateError", "HorovodInternalError", "HostsUpdatedInterrupt",
+           "ModelStateHandler", "ObjectState", "OptimizerStateHandler", "RESTART_EXIT_CODE",
+           "SamplerStateHandler", "State", "StateHandler", "TorchState", "get_handler_registry",
+           "run", "set_handler_registry"]
