@@ -7,6 +7,7 @@ without the job's key (HVD_ELASTIC_KEY), damaged or in an older format, or a sta
 is not private, raises ElasticStateError naming it and nothing of it is unpickled. Every expected
 value is recomputed on each rank from seeds. Real process deaths under hvdrun are the [elastic] tier
 (test/elastic)."""
+import errno
 import hashlib
 import hmac
 import os
@@ -504,6 +505,18 @@ def test_a_state_directory_without_the_key_is_refused(tmp_path, monkeypatch):
     with pytest.raises(hvd.elastic.ElasticStateError,
                        match="HVD_ELASTIC_STATE_DIR is set but HVD_ELASTIC_KEY is not"):
         snap.write_snapshot(str(tmp_path), 1, 1, b"p")
+
+
+def test_the_completion_file_is_never_written_through_a_planted_link(tmp_path, monkeypatch):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    link = tmp_path / "complete.0"
+    link.symlink_to(victim)
+    monkeypatch.setenv("HVD_ELASTIC_COMPLETION_FILE", str(link))
+    with pytest.raises(OSError) as info:
+        common_elastic._report_completion()
+    assert info.value.errno == errno.ELOOP
+    assert victim.read_text() == "precious"
 
 
 @pytest.mark.parametrize("planted", ["wrong key", "format 1"])

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "hvd/core/elastic_config.h"
+#include "hvd/optim/elastic_progress.h"
 #include "hvd_catch.h"
 
 using namespace hvd::elastic;
@@ -315,6 +316,19 @@ TEST_CASE("a snapshot file that is a link, not a regular file or another user's 
     CHECK_THAT(st.message(), hvd::test::Contains("cannot create the snapshot '" + tmp + "'"));
     CHECK(slurp(target) == "precious");
   }
+}
+
+TEST_CASE("the progress file is never opened through a planted link", "[unit]") {
+  const std::string target = temp_dir() + "/victim";
+  spit(target, "precious");
+  const std::string link = temp_dir() + "/progress.0";
+  REQUIRE(::symlink(target.c_str(), link.c_str()) == 0);
+  ProgressReporter reporter(link, [] { return std::optional<uint64_t>(); });
+  const hvd::Status st = reporter.start();
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), hvd::test::Contains("'" + link + "'"));
+  reporter.report();
+  CHECK(slurp(target) == "precious");
 }
 
 TEST_CASE("write_snapshot never creates the state directory", "[unit]") {
