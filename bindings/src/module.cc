@@ -153,17 +153,20 @@ struct ExceptionTypes {
   pyb::object error;             ///< HorovodInternalError
   pyb::object not_initialized;   ///< NotInitializedError
   pyb::object invalid_argument;  ///< InvalidArgumentError
+  pyb::object mismatch;          ///< MismatchError
 };
 
 // The module's exception types (set once at import; references held for the process's life).
 PyObject* g_error = nullptr;
 PyObject* g_not_initialized = nullptr;
 PyObject* g_invalid_argument = nullptr;
+PyObject* g_mismatch = nullptr;
 
 void set_error(const hvd::Error& e) {
   const bool uninit = e.code() == hvd::StatusCode::kPrecondition && !hvd::is_initialized();
   PyObject* type = uninit ? g_not_initialized : g_error;
   if (e.code() == hvd::StatusCode::kInvalidArgument) type = g_invalid_argument;
+  if (e.code() == hvd::StatusCode::kMismatch) type = g_mismatch;
   PyErr_SetString(type, e.what());
 }
 
@@ -191,8 +194,10 @@ PYBIND11_MODULE(_core, m) {
   // HorovodInternalError, as Horovod raises there, that is also a ValueError, as Horovod's
   // rank()/size() raise. A call refused for its arguments (a duplicate in-flight name, a bad
   // root, dtype or op): InvalidArgumentError, a HorovodInternalError that is also a
-  // ValueError, the type Horovod raises for them. All live in storage that is never destroyed
-  // (see OnceStore).
+  // ValueError, the type Horovod raises for them. Ranks that disagree about a collective (shape,
+  // dtype, op, or one rank's refused call): MismatchError, a HorovodInternalError (as Horovod
+  // raises there) that elastic mode tells from a lost peer. All live in storage that is never
+  // destroyed (see OnceStore).
   static OnceStore<ExceptionTypes> types;
   const ExceptionTypes& t = types.call_once_and_store_result([&] {
     pyb::exception<hvd::Error> error(m, "HorovodInternalError", PyExc_RuntimeError);
@@ -204,14 +209,23 @@ PYBIND11_MODULE(_core, m) {
       Py_DECREF(ni);
       throw pyb::error_already_set();
     }
+    PyObject* mm = PyErr_NewException("hvd._core.MismatchError", error.ptr(), nullptr);
+    if (!mm) {
+      Py_DECREF(ni);
+      Py_DECREF(ia);
+      throw pyb::error_already_set();
+    }
     return ExceptionTypes{error, pyb::reinterpret_steal<pyb::object>(ni),
-                          pyb::reinterpret_steal<pyb::object>(ia)};
+                          pyb::reinterpret_steal<pyb::object>(ia),
+                          pyb::reinterpret_steal<pyb::object>(mm)};
   });
   m.add_object("NotInitializedError", t.not_initialized);
   m.add_object("InvalidArgumentError", t.invalid_argument);
+  m.add_object("MismatchError", t.mismatch);
   g_error = t.error.ptr();
   g_not_initialized = t.not_initialized.ptr();
   g_invalid_argument = t.invalid_argument.ptr();
+  g_mismatch = t.mismatch.ptr();
   pyb::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -96,6 +96,10 @@ void build_app(CLI::App& app, Options& o) {
       ->allow_extra_args(false);
   app.add_option("--reset-limit", o.reset_limit,
                  "Elastic mode: give up after this many restarts (default: no limit)");
+  app.add_option("--max-restarts-without-progress", o.max_restarts_without_progress,
+                 "Elastic mode: end the job when this many restarts in a row followed "
+                 "generations that failed before any new commit and the next one fails so too "
+                 "(default 3; -1 = no limit)");
   app.add_option("--elastic-step-timeout", o.step_timeout_s,
                  "Elastic mode: a rank that makes no progress (no collective completed, no "
                  "commit) for this many seconds is handled like a dead one (default 300; 0 = "
@@ -181,6 +185,12 @@ void validate(Options& o, bool np_optional) {
   if (o.reset_limit < -1 || (o.reset_limit >= 0 && o.min_np == 0)) {
     throw UsageError(o.reset_limit < -1 ? "--reset-limit must be 0 or more (e.g. 3)"
                                         : "--reset-limit needs elastic mode: add --min-np N");
+  }
+  if (const auto& k = o.max_restarts_without_progress; k && (*k < -1 || o.min_np == 0)) {
+    throw UsageError(*k < -1 ? "--max-restarts-without-progress must be -1 (no limit), 0 or "
+                               "more (e.g. 3)"
+                             : "--max-restarts-without-progress needs elastic mode: add "
+                               "--min-np N");
   }
   if (!o.elastic_state_dir.empty() && o.min_np == 0) {
     throw UsageError("--elastic-state-dir needs elastic mode: add --min-np N");

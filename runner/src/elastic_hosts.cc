@@ -146,7 +146,8 @@ std::optional<std::string> host_to_blacklist(const GenerationOutcome& o,
                                              const std::vector<HostSlots>& used,
                                              std::string_view own_hostname) {
   const bool ok = o.exit_code == 0 && o.rank0_done;
-  if (ok || o.signal != 0 || o.failed_rank < 0 || o.exit_code == kExitElasticRestart) {
+  if (ok || o.signal != 0 || o.failed_rank < 0 || o.exit_code == kExitElasticRestart ||
+      o.exit_code == kExitElasticFatal) {  // the program's error, not its host's
     return std::nullopt;
   }
   const auto placement = place_ranks(used);

@@ -11,7 +11,8 @@
 //      which hands it to the program: rank 0 sees it at the next commit() and every rank
 //      leaves with exit code 75 at that same step;
 //   4. a rank that failed blacklists its host (never hvdrun's own machine); then restart
-//      (counted against --reset-limit), succeed or give up (decide_after_generation).
+//      (counted against --reset-limit and, without a new commit, --max-restarts-without-
+//      progress), succeed or give up (decide_after_generation; a rank's exit 76 gives up).
 #include "elastic_job.h"
 
 #include <sys/stat.h>
@@ -148,7 +149,8 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
                    std::to_string(blacklist.failures(host)) + ", --blacklist-cooldown-range)"));
   };
   std::vector<std::string> remote_used;
-  int resets = 0;
+  JobProgress progress;  // restarts made, the last commit, failures in a row without a commit
+  const RestartLimits limits{o.reset_limit, o.max_without_progress()};
   int code = kExitLaunch;
   bool failed_before = false;
   for (int generation = 0;;) {
@@ -310,7 +312,8 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     if (!ok && outcome.signal == 0 && outcome.failed_rank < 0) {
       known.clear();  // mpirun failed without a rank's code: check every host again
     }
-    ElasticDecision d = decide_after_generation(outcome, resets, o.reset_limit);
+    outcome.hosts_changed = seq > 0 && outcome.exit_code == kExitElasticRestart;
+    ElasticDecision d = decide_after_generation(outcome, progress, limits);
     if (d.step == NextStep::kRestart && seq > 0 && outcome.exit_code == kExitElasticRestart) {
       d.message = "hvdrun: elastic: the ranks stopped for the host change; starting generation " +
                   std::to_string(generation + 1) + " from the last commit";
@@ -319,7 +322,6 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     code = d.exit_code;
     failed_before = !ok;
     if (d.step != NextStep::kRestart) break;
-    ++resets;
     ++generation;
   }
   // Only the job's own directory: a link or another user's directory under its name stays.

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -53,6 +54,24 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Keeps a rank's last non-empty stderr line (`[3]<stderr>: text`, retagged) in `last`, at most
+// 300 characters: the error an elastic job's give-up message quotes.
+void note_error_line(const std::string& line, std::map<int, std::string>& last) {
+  const std::string tag = "]<stderr>: ";
+  const size_t close = line.find(tag);
+  if (line.empty() || line[0] != '[' || close == std::string::npos || close < 2) return;
+  int rank = 0;
+  for (size_t i = 1; i < close; ++i) {
+    if (line[i] < '0' || line[i] > '9' || rank > 1000000) return;
+    rank = rank * 10 + (line[i] - '0');
+  }
+  std::string text = line.substr(close + tag.size());
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\r')) text.pop_back();
+  if (text.empty()) return;
+  if (text.size() > 300) text = text.substr(0, 297) + "...";
+  last[rank] = text;
+}
+
 }  // namespace
 
 int supervise(asio::io_context& io, ControlServer& server, const SuperviseConfig& cfg,
@@ -69,13 +88,16 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   const auto t0 = Clock::now();
   Clock::time_point stop_started;
   std::optional<Failure> first;
+  std::optional<Failure> cause;  // elastic: the first other failure after a restart request
   int stop_signal = 0;
   bool stopping = false;
   bool kill_sent = false;
   bool mpirun_done = false;
   int mpirun_code = 0;
   int hellos = 0;
-  std::set<int> done;  // ranks whose program reported completion (elastic)
+  std::set<int> done;                   // ranks whose program reported completion (elastic)
+  int64_t last_commit = -1;             // the highest commit id a rank reported (elastic)
+  std::map<int, std::string> last_err;  // each rank's last non-empty stderr line (elastic)
   const auto grace = std::chrono::milliseconds(static_cast<long>(cfg.grace_s * 1000));
   // Every handler below refers to this frame. Some may run after it is gone: a timer that
   // expired in the pass that stopped `io` keeps its handler queued (cancel() cannot recall it)
@@ -125,6 +147,7 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   h.on_beat = life.guard([&](const Message& m) {
     if (m.value < 0) watchdog.finished(m.rank);
     if (m.value >= 0) watchdog.progress(m.rank, since(t0));
+    last_commit = std::max(last_commit, m.commit);
   });
   h.on_done = life.guard([&](const Message& m) { done.insert(m.rank); });
   h.on_exit = life.guard([&](const Message& m) {
@@ -136,6 +159,10 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
                         std::to_string(first->rank) + "'s restart request");
       first = Failure{m.rank, m.host, m.value};
       return;
+    }
+    if (cfg.elastic && first && !cause && first->code == kExitElasticRestart &&
+        explains_restart_request(m.value, kill_sent)) {
+      cause = Failure{m.rank, m.host, m.value};  // quoted by a give-up (elastic.h)
     }
     if (first || stop_signal != 0) return;
     if (m.value == 0 && cfg.elastic && done.count(m.rank) == 0) {
@@ -203,7 +230,11 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
 
   auto retag = [&cfg](const std::string& l) { return cfg.retag ? retag_line(l, cfg.tag_end) : l; };
   mpirun.on_stdout([&](const std::string& l) { write_line(1, retag(l)); });
-  mpirun.on_stderr([&](const std::string& l) { write_line(2, retag(l)); });
+  mpirun.on_stderr([&](const std::string& l) {
+    const std::string line = retag(l);
+    write_line(2, line);
+    if (cfg.elastic) note_error_line(line, last_err);
+  });
   mpirun.on_exit([&](int status) {
     mpirun_done = true;
     mpirun_code = exit_code_from_wait_status(status);
@@ -233,6 +264,15 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
     outcome->rank0_done = done.count(0) > 0;
     outcome->signal = stop_signal;
     outcome->failed_rank = first ? first->rank : -1;
+    outcome->failed_host = first ? first->host : "";
+    outcome->last_commit = last_commit;
+    if (cause) {
+      outcome->error_rank = cause->rank;
+      outcome->error_host = cause->host;
+      outcome->error_code = cause->code;
+    }
+    const std::optional<Failure>& quoted = cause ? cause : first;
+    if (quoted && last_err.count(quoted->rank)) outcome->last_error = last_err[quoted->rank];
   }
 
   if (cfg.verbose) {

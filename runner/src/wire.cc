@@ -22,6 +22,16 @@ bool to_int(const std::string& s, int& out) {
   }
 }
 
+bool to_int64(const std::string& s, int64_t& out) {
+  try {
+    size_t used = 0;
+    out = std::stoll(s, &used);
+    return used == s.size();
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace
 
 std::string format_message(const Message& m) {
@@ -35,7 +45,7 @@ std::string format_message(const Message& m) {
              std::to_string(m.value) + " " + std::to_string(m.generation);
     case MessageKind::kBeat:
       return "BEAT " + m.token + " " + std::to_string(m.rank) + " " + m.host + " " +
-             std::to_string(m.value);
+             std::to_string(m.value) + (m.commit >= 0 ? " " + std::to_string(m.commit) : "");
     case MessageKind::kDone:
       return "DONE " + m.token + " " + std::to_string(m.rank) + " " + m.host;
     case MessageKind::kExit:
@@ -88,6 +98,14 @@ std::optional<Message> parse_message(const std::string& line) {
     m.token = w[1];
     m.host = w[3];
     if (!to_int(w[2], m.rank) || m.rank < 0) return std::nullopt;
+  } else if (w[0] == "BEAT" && w.size() == 6) {  // with the commit id
+    m.kind = MessageKind::kBeat;
+    m.token = w[1];
+    m.host = w[3];
+    if (!to_int(w[2], m.rank) || !to_int(w[4], m.value) || !to_int64(w[5], m.commit) ||
+        m.rank < 0 || m.commit < -1) {
+      return std::nullopt;
+    }
   } else if ((w[0] == "BEAT" || w[0] == "EXIT") && w.size() == 5) {
     m.kind = w[0] == "BEAT" ? MessageKind::kBeat : MessageKind::kExit;
     m.token = w[1];

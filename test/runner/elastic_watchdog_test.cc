@@ -15,33 +15,39 @@ TEST_CASE("the watchdog waits for the first progress report before watching", "[
   w.progress(0, 1000);
   CHECK(w.armed());
   CHECK_FALSE(w.check(1010).has_value());
-  // Rank 1 never reported: it is silent since the watchdog armed.
+  // Rank 1 never reported and rank 0 not since 1000: the job is silent.
   auto s = w.check(1010.5);
   REQUIRE(s.has_value());
   CHECK(s->ranks == std::vector<int>{0, 1});
   CHECK(s->silent_s == Approx(10.5));
 }
 
-TEST_CASE("a rank that keeps reporting is never stalled, a silent one is", "[unit]") {
+TEST_CASE("one rank reporting keeps the job alive; when all fall silent, it stalls", "[unit]") {
   StepWatchdog w(5);
   w.started(0, "a");
   w.started(1, "b");
+  // Rank 0 does rank-local work and reports (report_progress()) every second until t = 40;
+  // rank 1 waits for it in a collective and reports nothing after t = 10.
   for (int t = 0; t <= 100; ++t) {
-    w.progress(0, t);
-    if (t < 40) w.progress(1, t);
+    if (t <= 40) w.progress(0, t);
+    if (t <= 10) w.progress(1, t);
     auto s = w.check(t + 0.5);
-    if (t <= 43) {
+    if (t < 45) {
       CHECK_FALSE(s.has_value());
     } else {
       REQUIRE(s.has_value());
-      CHECK(s->ranks == std::vector<int>{1});
-      CHECK(s->silent_s == Approx(t + 0.5 - 39));
+      CHECK(s->ranks == std::vector<int>{0, 1});
+      CHECK(s->silent_s == Approx(t + 0.5 - 40));
     }
   }
   auto s = w.check(100.5);
   REQUIRE(s.has_value());
-  CHECK_THAT(describe_stall(*s, w), hvd::test::Contains("rank 1 (b) made no progress for 61.5 s"));
-  CHECK_THAT(describe_stall(*s, w), hvd::test::Contains("--elastic-step-timeout 5"));
+  const std::string line = describe_stall(*s, w);
+  CHECK_THAT(line, hvd::test::Contains("ranks 0 (a), 1 (b) made no progress for 60.5 s"));
+  CHECK_THAT(line, hvd::test::Contains("--elastic-step-timeout 5"));
+  CHECK_THAT(line, hvd::test::Contains("hvd.elastic.report_progress()"));
+  CHECK_THAT(line, hvd::test::Contains("hvd::elastic::report_progress()"));
+  CHECK_THAT(line, hvd::test::Contains("rank-local work"));
 }
 
 TEST_CASE("finished ranks are not watched; a timeout of 0 disables the watchdog", "[unit]") {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "hvd_catch.h"
@@ -45,15 +46,22 @@ bool reaches(const ProgressReporter& r, uint64_t n) {
 
 }  // namespace
 
-TEST_CASE("a progress report rewrites the file with the next 20-digit sequence number", "[unit]") {
+TEST_CASE("a progress report rewrites the file with the next sequence number and the last commit",
+          "[unit]") {
   TempFile f;
   ProgressReporter r(f.path, [] { return std::nullopt; });
   REQUIRE(r.start().ok());
   r.report();
-  CHECK(f.text() == "00000000000000000001\n");
+  CHECK(f.text() == "00000000000000000001 -0000000000000000001\n");
   r.report();
-  CHECK(f.text() == "00000000000000000002\n");
+  CHECK(f.text() == "00000000000000000002 -0000000000000000001\n");
   CHECK(r.reports() == 2);
+  // A commit is reported with its id, and every report after it carries that id: an explicit
+  // report (rank-local work saying it is alive) is a new sequence number too.
+  r.report_commit(12);
+  CHECK(f.text() == "00000000000000000003 00000000000000000012\n");
+  r.report();
+  CHECK(f.text() == "00000000000000000004 00000000000000000012\n");
 }
 
 TEST_CASE("the reporter reports when the collective count changed, and only then", "[unit]") {
@@ -76,7 +84,7 @@ TEST_CASE("the reporter reports when the collective count changed, and only then
   CHECK(r.reports() == 1);
   count = 8;
   CHECK(reaches(r, 2));
-  CHECK(f.text() == "00000000000000000002\n");
+  CHECK(f.text() == "00000000000000000002 -0000000000000000001\n");
   r.stop();
   count = 9;
   std::this_thread::sleep_for(50ms);
@@ -88,4 +96,18 @@ TEST_CASE("a progress file that cannot be opened is an error naming it", "[unit]
   const auto st = r.start();
   REQUIRE_FALSE(st.ok());
   CHECK(st.message().find("/nonexistent-hvd-dir/progress") != std::string::npos);
+}
+
+TEST_CASE("errors a restart cannot fix: invalid argument, mismatch, state, logic_error", "[unit]") {
+  using hvd::elastic::is_fatal_error;
+  CHECK(is_fatal_error(hvd::Error(hvd::invalid_argument("bad root"))));
+  CHECK(is_fatal_error(hvd::Error(hvd::mismatch("allreduce 'w': shapes differ"))));
+  CHECK(is_fatal_error(hvd::Error(hvd::elastic_state_error("snapshot not authentic"))));
+  CHECK(is_fatal_error(std::invalid_argument("batch size 0")));
+  CHECK(is_fatal_error(std::out_of_range("index 7")));
+  // A lost peer, a backend failure, a shut-down runtime: a new generation can get past them.
+  CHECK_FALSE(is_fatal_error(hvd::Error(hvd::peer_failure("rank 1 died"))));
+  CHECK_FALSE(is_fatal_error(hvd::Error(hvd::internal_error("MPI_Allreduce failed"))));
+  CHECK_FALSE(is_fatal_error(hvd::Error(hvd::aborted("shut down"))));
+  CHECK_FALSE(is_fatal_error(std::runtime_error("disk full")));
 }

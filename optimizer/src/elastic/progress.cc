@@ -5,8 +5,10 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <utility>
 
 #include "hvd/core/private_dir.h"
@@ -36,12 +38,21 @@ Status ProgressReporter::start() {
   return Status::OK();
 }
 
+void ProgressReporter::report_commit(uint64_t commit_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commit_ = static_cast<int64_t>(commit_id);
+  }
+  report();
+}
+
 void ProgressReporter::report() {
   std::lock_guard<std::mutex> lock(mu_);
   if (fd_ < 0) return;
-  char line[32];
+  char line[64];
   const int n =
-      std::snprintf(line, sizeof(line), "%020llu\n", static_cast<unsigned long long>(++seq_));
+      std::snprintf(line, sizeof(line), "%020llu %020lld\n",
+                    static_cast<unsigned long long>(++seq_), static_cast<long long>(commit_));
   // Fixed width, written in place: the reader never sees a truncated file. A failed write only
   // means the watchdog sees no progress this time.
   [[maybe_unused]] const ssize_t w = ::pwrite(fd_, line, static_cast<size_t>(n), 0);
@@ -87,20 +98,49 @@ std::optional<uint64_t> completed_collectives() {
   }
 }
 
-}  // namespace
-
-void report_progress() {
+// The process's reporter (started by the first report), or null outside elastic mode.
+ProgressReporter* process_reporter() {
   static std::mutex mu;
   static std::unique_ptr<ProgressReporter> reporter;  // joined at exit, before the runtime goes
   std::lock_guard<std::mutex> lock(mu);
   if (!reporter) {
     const std::string path = environment().progress_file;
-    if (path.empty()) return;
+    if (path.empty()) return nullptr;
     auto r = std::make_unique<ProgressReporter>(path, completed_collectives);
     throw_if_error(r->start());
     reporter = std::move(r);
   }
-  reporter->report();
+  return reporter.get();
+}
+
+}  // namespace
+
+void report_progress() {
+  if (ProgressReporter* r = process_reporter()) r->report();
+}
+
+void report_commit(uint64_t commit_id) {
+  if (ProgressReporter* r = process_reporter()) r->report_commit(commit_id);
+}
+
+bool is_fatal_error(const std::exception& e) {
+  if (const auto* hvd_error = dynamic_cast<const hvd::Error*>(&e)) {
+    return hvd_error->code() == StatusCode::kInvalidArgument ||
+           hvd_error->code() == StatusCode::kMismatch ||
+           hvd_error->code() == StatusCode::kElasticState;
+  }
+  return dynamic_cast<const std::logic_error*>(&e) != nullptr;
+}
+
+void end_job_for_fatal_error(int rank, const char* type, const char* what) {
+  if (environment().state_dir.empty()) return;
+  std::fprintf(stderr,
+               "hvd.elastic: rank %d: %s: %s; a restart cannot fix this error: ending the job "
+               "(exit %d)\n",
+               rank, type, what, kFatalExitCode);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(kFatalExitCode);
 }
 
 }  // namespace hvd::elastic

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // hvd::elastic::run's generation boundary: resume at the start, leave with the restart code on
-// a failure, report completion at the end (hvd/optim/elastic.h).
+// a failure (the fatal code on an error a restart cannot fix), report completion at the end
+// (hvd/optim/elastic.h).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -52,6 +53,10 @@ void leave_generation(const char* type, const char* what) {
   std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(kRestartExitCode);
+}
+
+void end_job(const char* type, const char* what) {
+  end_job_for_fatal_error(hvd::is_initialized() ? hvd::rank() : -1, type, what);
 }
 
 void report_completion() {

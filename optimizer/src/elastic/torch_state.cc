@@ -59,7 +59,7 @@ void State::commit() {
     throw_if_error(write_snapshot(env.state_dir,
                                   {commit_id_, static_cast<uint64_t>(hvd::size()), saved_bytes()}));
   }
-  report_progress();
+  report_commit(commit_id_);  // also tells hvdrun this generation made a new commit
   check_host_updates();
 }
 

@@ -16,8 +16,15 @@ host's snapshot file (hvd.common.elastic_snapshot):
   generation) the state is synced from rank 0, as Horovod does at start.
 - HorovodInternalError or HostsUpdatedInterrupt inside the function ends the process with exit
   code RESTART_EXIT_CODE (75): hvdrun then starts the next generation, which resumes from the
-  last commit. Outside hvdrun's elastic mode (no HVD_ELASTIC_STATE_DIR) nothing persists and
-  the exception propagates.
+  last commit. An error a restart cannot fix (``_restart_cannot_fix``: an invalid argument,
+  ranks disagreeing about a collective, a ValueError or TypeError, an ElasticStateError) is
+  printed with its traceback and ends the process with FATAL_EXIT_CODE (76): hvdrun then ends
+  the job (exit code 1, what the uncaught exception gives without elastic mode). Any other
+  exception is printed the same way and ends the process at once with exit code 1, a failure
+  that hvdrun restarts. Outside hvdrun's elastic mode (no HVD_ELASTIC_STATE_DIR) nothing
+  persists and the exception propagates.
+- ``commit()`` tells hvdrun its commit id (through the progress file): a generation that fails
+  before any new commit counts towards ``hvdrun --max-restarts-without-progress``.
 - When the function returns, the rank writes $HVD_ELASTIC_COMPLETION_FILE (when set), so that
   hvdrun can tell a finished job from a worker that exited 0 early.
 """
@@ -28,19 +35,27 @@ import pickle
 import queue
 import sys
 import time
+import traceback
 
 from hvd import _core
 from hvd.common import basics
 from hvd.common.elastic_snapshot import remove_stale_temporaries, resume_from_newest, write_snapshot
+from hvd.common import exceptions
 from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 #: Exit code of a rank that asks hvdrun for a new generation (EX_TEMPFAIL; C++'s
 #: hvd::elastic::kRestartExitCode).
 RESTART_EXIT_CODE = _core.ELASTIC_RESTART_EXIT_CODE
-#: Tells hvdrun's step watchdog that this rank made progress: at the start of the run, at every
-#: commit, and (a C++ thread started by the first call) whenever a collective completed. It
-#: lives in C++ for Python and libtorch programs alike (optimizer/include/hvd/optim/
-#: elastic_progress.h).
+#: Exit code of a rank whose error a restart cannot fix: hvdrun ends the job instead of starting
+#: a new generation (C++'s hvd::elastic::kFatalExitCode).
+FATAL_EXIT_CODE = _core.ELASTIC_FATAL_EXIT_CODE
+#: ``report_progress()`` tells hvdrun's step watchdog that this rank is alive. hvd calls it at
+#: the start of the run, at every commit, and (a C++ thread started by the first call) whenever
+#: a collective completed. Long rank-local work inside ``@hvd.elastic.run`` (validation on one
+#: rank, a checkpoint, a compilation: no collective for longer than ``--elastic-step-timeout``)
+#: calls it itself, e.g. every few batches, while the other ranks wait in their next
+#: collective. hvd's own (Horovod has none). It lives in C++ for Python and libtorch programs
+#: alike (optimizer/include/hvd/optim/elastic_progress.h); outside elastic mode it does nothing.
 report_progress = _core.elastic_report_progress
 
 
@@ -92,7 +107,7 @@ class State:
         directory = state_dir()
         if directory is not None and basics.local_rank() == 0:
             write_snapshot(directory, self._commit_id, basics.size(), self._dumps())
-        report_progress()
+        _core.elastic_report_commit(self._commit_id)  # progress, and a new commit for hvdrun
         self.check_host_updates()
 
     @property
@@ -239,6 +254,50 @@ def _leave_generation(error):
     os._exit(RESTART_EXIT_CODE)
 
 
+def _restart_cannot_fix(error):
+    """Whether `error` would fail every generation again at the same step: an invalid argument
+    or ranks disagreeing about a collective (every rank gets it), an ElasticStateError, a
+    ValueError or TypeError of the program. A HorovodInternalError otherwise (a lost peer, a
+    failed backend, NotInitializedError after the runtime stopped) is worth a restart."""
+    if isinstance(error, (_core.InvalidArgumentError, _core.MismatchError)):
+        return True
+    state_error = getattr(exceptions, "ElasticStateError", None)
+    if state_error is not None and isinstance(error, state_error):
+        return True
+    if isinstance(error, (HorovodInternalError, HostsUpdatedInterrupt)):
+        return False
+    return isinstance(error, (ValueError, TypeError))
+
+
+def _end_job(error):
+    """Under hvdrun's elastic mode: print `error` with its traceback (as the interpreter would)
+    and end this process with FATAL_EXIT_CODE, so that hvdrun ends the job instead of restarting
+    it into the same error. Outside elastic mode: return (the error propagates)."""
+    if state_dir() is None:
+        return
+    traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+    rank = basics.rank() if basics.is_initialized() else -1
+    sys.stderr.write(f"hvd.elastic: rank {rank}: {type(error).__name__}: a restart cannot fix "
+                     f"this error; ending the job (exit {FATAL_EXIT_CODE})\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(FATAL_EXIT_CODE)
+
+
+def _end_rank(error):
+    """Any other exception, under hvdrun's elastic mode: print it with its traceback (as the
+    interpreter would) and end this process at once with the interpreter's exit code for it
+    (1). Its peers' restart requests, which a normal exit (hvd's shutdown at exit) would send
+    first, then do not hide it: hvdrun restarts the generation and quotes this error when it
+    gives up (--max-restarts-without-progress). Outside elastic mode: return."""
+    if state_dir() is None:
+        return
+    traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
 def _report_completion():
     path = _env("HVD_ELASTIC_COMPLETION_FILE")
     if path is not None:
@@ -263,8 +322,13 @@ def run_fn(func, reset=None):
             # Inside the try: a rank lost during the resume broadcast is a restart, too.
             _start_generation(state)
             result = func(state, *args, **kwargs)
-        except (HorovodInternalError, HostsUpdatedInterrupt) as e:
-            _leave_generation(e)
+        except Exception as e:  # noqa: BLE001 - sorted below; everything else propagates
+            if _restart_cannot_fix(e):
+                _end_job(e)
+            elif isinstance(e, (HorovodInternalError, HostsUpdatedInterrupt)):
+                _leave_generation(e)
+            else:
+                _end_rank(e)
             raise
         _report_completion()
         return result
@@ -272,5 +336,5 @@ def run_fn(func, reset=None):
     return wrapper
 
 
-__all__ = ["HostUpdateResult", "ObjectState", "RESTART_EXIT_CODE", "State", "run_fn",
-           "state_dir"]
+__all__ = ["FATAL_EXIT_CODE", "HostUpdateResult", "ObjectState", "RESTART_EXIT_CODE", "State",
+           "report_progress", "run_fn", "state_dir"]

@@ -18,6 +18,10 @@
 // - An hvd::Error (a failed collective: Python's HorovodInternalError) or HostsUpdatedInterrupt
 //   out of fn ends the process with kRestartExitCode (75) under hvdrun's elastic mode, and the
 //   next generation re-runs fn from the last commit; outside elastic mode it propagates.
+// - An error a restart cannot fix (is_fatal_error, hvd/optim/elastic_progress.h: an invalid
+//   argument, ranks disagreeing about a collective, a std::logic_error) ends the process with
+//   kFatalExitCode (76) under hvdrun's elastic mode, after printing it; hvdrun then ends the job
+//   (exit code 1) instead of restarting. Outside elastic mode it propagates.
 // - When fn returns, HVD_ELASTIC_COMPLETION_FILE is written (when set).
 // commit() saves the state in memory and, in elastic mode, the lowest local rank of each host
 // writes it to the host's snapshot file; then it checks for host updates. Collective: every rank
@@ -42,6 +46,7 @@
 #include <vector>
 
 #include "hvd/core/status.h"
+#include "hvd/optim/elastic_progress.h"
 #include "hvd/optim/elastic_sampler.h"
 #include "hvd/optim/elastic_store.h"
 
@@ -182,6 +187,9 @@ void ensure_initialized();
 void leave_generation(const char* type, const char* what);
 /// Writes HVD_ELASTIC_COMPLETION_FILE when set.
 void report_completion();
+/// In elastic mode: prints `what` and ends the process with kFatalExitCode (hvdrun ends the
+/// job); otherwise returns.
+void end_job(const char* type, const char* what);
 }  // namespace detail
 
 /// Runs fn(state) with the state brought in step first (resumed from the newest commit when
@@ -202,10 +210,14 @@ decltype(auto) run(S& state, Fn&& fn) {
       return result;
     }
   } catch (const hvd::Error& e) {
+    if (is_fatal_error(e)) detail::end_job("hvd::Error", e.what());
     detail::leave_generation("hvd::Error", e.what());
     throw;
   } catch (const HostsUpdatedInterrupt& e) {
     detail::leave_generation("HostsUpdatedInterrupt", e.what());
+    throw;
+  } catch (const std::logic_error& e) {
+    detail::end_job("std::logic_error", e.what());
     throw;
   }
 }

@@ -39,6 +39,9 @@ struct Options {
   std::optional<double> elastic_timeout;         // --elastic-timeout; nullopt = 600 s
   std::vector<double> blacklist_cooldown_range;  // --blacklist-cooldown-range MIN MAX; {} = never
   int reset_limit = -1;                          // --reset-limit; -1 = no limit
+  // --max-restarts-without-progress (elastic.h's RestartLimits); nullopt = 3, -1 = no limit.
+  std::optional<int> max_restarts_without_progress;
+  int max_without_progress() const { return max_restarts_without_progress.value_or(3); }
   double step_timeout_s = 300;    // --elastic-step-timeout / HVD_ELASTIC_STEP_TIMEOUT; 0 = off
   std::string elastic_state_dir;  // --elastic-state-dir; "" = /dev/shm or /var/tmp (state_dir.h)
   bool elastic() const { return min_np > 0; }

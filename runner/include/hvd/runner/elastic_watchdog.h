@@ -6,9 +6,14 @@
 // progress (a collective completed or a commit made; optimizer/include/hvd/optim/
 // elastic_progress.h, for Python and libtorch programs alike) through its wrapper to hvdrun
 // (BEAT, wire.h). The watchdog arms at the first report of any rank of the generation; from then
-// on, a rank that is still running and has not reported for longer than the step timeout is
-// stalled, and hvdrun handles it like a death (the generation is stopped and the next one
-// resumes from the last commit). Before the first report (Python and torch starting, hvd.init)
+// on, when no rank that is still running has reported for longer than the step timeout, those
+// ranks are stalled, and hvdrun handles it like a death (the generation is stopped and the next
+// one resumes from the last commit). One rank reporting is enough: a rank that does long
+// rank-local work (validation on rank 0 alone, a checkpoint, a compilation) calls
+// hvd.elastic.report_progress() / hvd::elastic::report_progress() while the others wait for it
+// in their next collective, where they report nothing. A stopped or deadlocked rank stops the
+// others in that same collective, so every rank falls silent. Before the first report (Python
+// and torch starting, hvd.init)
 // nothing is watched, and a program that never reports (not using @hvd.elastic.run or
 // hvd::elastic::run) is never stopped by the watchdog.
 #pragma once
@@ -21,8 +26,8 @@
 namespace hvd::runner {
 
 struct Stall {
-  std::vector<int> ranks;  // the ranks silent for longer than the timeout, ascending
-  double silent_s = 0;     // the longest silence among them
+  std::vector<int> ranks;  // the running ranks, all silent for longer than the timeout, ascending
+  double silent_s = 0;     // how long the job has been silent: the shortest silence among them
 };
 
 // Times are seconds on any one monotonic clock (the caller's: tests need not sleep).
@@ -38,7 +43,8 @@ class StepWatchdog {
   // Rank `rank` completed or exited: it is no longer watched.
   void finished(int rank);
 
-  // The stalled ranks at `now`, or nullopt when every watched rank reported within the timeout.
+  // The stalled ranks at `now`: every running rank when none reported within the timeout;
+  // nullopt when one did.
   std::optional<Stall> check(double now) const;
 
   bool armed() const { return armed_at_.has_value(); }
@@ -57,7 +63,8 @@ class StepWatchdog {
   std::map<int, Rank> ranks_;
 };
 
-// One line for the user: which ranks, how long, the timeout and what counts as progress.
+// One line for the user: which ranks, how long, the timeout and what counts as progress (naming
+// hvd.elastic.report_progress() and hvd::elastic::report_progress()).
 std::string describe_stall(const Stall& stall, const StepWatchdog& watchdog);
 
 }  // namespace hvd::runner

@@ -14,9 +14,12 @@
 //                                        master ignores a wrapper of another generation than
 //                                        the running one (a leftover of a stopped mpirun)
 // then a wrapper sends:
-//   BEAT <token> <rank> <host> <n>       (elastic mode) the program made progress (n grows), or
+//   BEAT <token> <rank> <host> <n> [<commit>]
+//                                        (elastic mode) the program made progress (n grows), or
 //                                        returned from @hvd.elastic.run (n = -1); see
-//                                        elastic_watchdog.h
+//                                        elastic_watchdog.h. <commit>: the program's last commit
+//                                        id (-1 or absent: none reported), for
+//                                        --max-restarts-without-progress (elastic.h)
 //   DONE <token> <rank> <host>           (elastic mode) the program reported completion
 //   EXIT <token> <rank> <host> <code>    code = exit status, or 128 + signal number; 76
 //                                        (kExitElasticFatal) without starting the program when
@@ -35,6 +38,7 @@
 // also removes the host's state directory (no generation follows a dead master).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -46,9 +50,10 @@ struct Message {
   MessageKind kind = MessageKind::kTerm;
   std::string token;
   std::string host;
-  int rank = -1;       // seq for HOSTS
-  int value = 0;       // pid for HELLO, progress for BEAT, exit code for EXIT, bits for HOSTS
-  int generation = 0;  // HELLO: the wrapper's generation
+  int rank = -1;        // seq for HOSTS
+  int value = 0;        // pid for HELLO, progress for BEAT, exit code for EXIT, bits for HOSTS
+  int generation = 0;   // HELLO: the wrapper's generation
+  int64_t commit = -1;  // BEAT: the program's last commit id (-1: none reported)
 };
 
 // One line without the trailing newline.

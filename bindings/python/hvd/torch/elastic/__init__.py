@@ -5,7 +5,8 @@
 runs under ``hvdrun --min-np N ...``: a failure ends the generation and the next one resumes
 from the last ``commit()`` (hvd.common.elastic explains how; docs/elastic.md for users).
 """
-from hvd.common.elastic import RESTART_EXIT_CODE, HostUpdateResult, run_fn  # noqa: F401
+from hvd.common.elastic import (  # noqa: F401
+    FATAL_EXIT_CODE, RESTART_EXIT_CODE, HostUpdateResult, report_progress, run_fn)
 from hvd.common.elastic import ObjectState as _CommonObjectState
 from hvd.common.elastic import State  # noqa: F401
 from hvd.common.exceptions import (  # noqa: F401
@@ -30,7 +31,7 @@ def run(func):
     return run_fn(func)
 
 
-__all__ = ["ElasticSampler", "ElasticStateError", "HorovodInternalError", "HostsUpdatedInterrupt",
-           "ModelStateHandler", "ObjectState", "OptimizerStateHandler", "RESTART_EXIT_CODE",
-           "SamplerStateHandler", "State", "StateHandler", "TorchState", "get_handler_registry",
-           "run", "set_handler_registry"]
+__all__ = ["ElasticSampler", "ElasticStateError", "FATAL_EXIT_CODE", "HorovodInternalError",
+           "HostsUpdatedInterrupt", "ModelStateHandler", "ObjectState", "OptimizerStateHandler",
+           "RESTART_EXIT_CODE", "SamplerStateHandler", "State", "StateHandler", "TorchState",
+           "get_handler_registry", "report_progress", "run", "set_handler_registry"]
