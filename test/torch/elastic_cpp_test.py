@@ -4,7 +4,8 @@
 rank SIGKILLed mid-training, and a rank SIGSTOPped after a long step (hvdrun's step watchdog
 must stop the generation: the C++ program reports progress, and its long step's collectives
 must not trip the watchdog), must resume from the last commit and end with exactly the
-parameters of the run without failure (same np: the same batches in the same order).
+parameters of the run without failure (same np: the same batches in the same order); a
+std::invalid_argument out of the run ends the job (exit 1) without a restart.
 
 usage: elastic_cpp_test.py HVDRUN PROGRAM NP"""
 import os
@@ -75,5 +76,16 @@ with tempfile.TemporaryDirectory() as tmp:
     if stop and first:
         print(f"SIGSTOP: {first[0][0] - stop[0][0]:.2f} s from the SIGSTOP to the first step "
               "after restore (watchdog 3 s)")
+
+    # An error a restart cannot fix (std::invalid_argument out of hvd::elastic::run): rank 1
+    # prints it and exits 76, hvdrun ends the job with exit 1 after that one generation.
+    p, _, log = run(tmp, "invalid", "--fail", "invalid", "--fail-step", "2", timeout=60)
+    check(p.returncode == 1, f"a std::invalid_argument ends the job with exit 1 (got "
+          f"{p.returncode})", p, log)
+    check("hvd.elastic: rank 1: std::logic_error: elastic_train: step 2 got an invalid batch "
+          "(simulated bug); a restart cannot fix this error: ending the job (exit 76)" in p.stderr,
+          "rank 1 prints the error and exits 76", p, log)
+    check("ended with an error a restart cannot fix" in p.stderr
+          and "starting generation" not in p.stderr, "hvdrun does not restart it", p, log)
 
 sys.exit(1 if failures else 0)

@@ -7,8 +7,9 @@
 // --samples synthetic 1x28x28 images, --batch per rank per batch, cross-entropy, one torch
 // thread. A commit every --commit-every steps (default 3) and at each epoch's end, --epochs
 // epochs (default 2). In generation 0 rank --fail-rank SIGKILLs (--fail kill) or SIGSTOPs
-// (--fail stop) itself before step --fail-step; --long-step S: in generation 0, step 2 runs
-// collectives for S seconds without a commit; --step-sleep S: sleep S seconds per step. Rank 0
+// (--fail stop) itself before step --fail-step, or throws std::invalid_argument there (--fail
+// invalid: an error a restart cannot fix, every generation); --long-step S: in generation 0, step 2
+// runs collectives for S seconds without a commit; --step-sleep S: sleep S seconds per step. Rank 0
 // writes the steps and final parameters (hex floats) to --out; every rank appends its events
 // (the first: its host) to --out.log. With --log-batches 1 rank 0 also logs every step's
 // batches of all ranks, in the form test/elastic/replay.py replays. --time-steps 1: rank 0 logs
@@ -16,7 +17,7 @@
 // `commit C at step S took MS ms cpu MS ms` (cpu: the main thread's CPU time), as
 // train_elastic.py does.
 //
-//   elastic_train --out FILE [--fail none|kill|stop] [--fail-step N] [--fail-rank R]
+//   elastic_train --out FILE [--fail none|kill|stop|invalid] [--fail-step N] [--fail-rank R]
 //                 [--long-step S] [--step-sleep S] [--log-batches 1] [--model linear|cnn]
 //                 [--samples N] [--batch B] [--epochs E] [--commit-every K] [--time-steps 1]
 #include <signal.h>
@@ -31,6 +32,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -219,8 +221,12 @@ int main(int argc, char** argv) {
     for (; epoch < args.epochs;) {
       const int64_t batches = (sampler.size() + batch - 1) / batch;
       for (int64_t b = 0; b < batches; ++b) {
-        if (args.fail != "none" && generation == 0 && step == args.fail_step &&
-            hvd::rank() == args.fail_rank) {
+        if (args.fail == "invalid" && step == args.fail_step && hvd::rank() == args.fail_rank) {
+          throw std::invalid_argument("elastic_train: step " + std::to_string(step) +
+                                      " got an invalid batch (simulated bug)");
+        }
+        if (args.fail != "none" && args.fail != "invalid" && generation == 0 &&
+            step == args.fail_step && hvd::rank() == args.fail_rank) {
           event("failing (" + args.fail + ") at step " + std::to_string(step));
           ::kill(::getpid(), args.fail == "stop" ? SIGSTOP : SIGKILL);
         }
