@@ -37,6 +37,10 @@ def test_shape_mismatch_fails_on_every_rank_naming_tensor_shapes_and_ranks():
     msg = expect_everywhere(lambda: hvd.allreduce(torch.ones(R + 1), name="err.shape"),
                             "err.shape", r"shape", r"\[1\]", rf"\[{N}\]", r"rank 0\b")
     assert re.search(rf"rank {N - 1}\b|ranks [\d, -]*{N - 1}\b", msg), msg
+    # Its own subclass, which hvd.elastic does not restart on (a restart meets it again).
+    from hvd import _core
+    with pytest.raises(_core.MismatchError):
+        hvd.allreduce(torch.ones(R + 1), name="err.shape2")
     the_job_goes_on()
 
 
