@@ -38,15 +38,23 @@ std::string state_base_problem(const std::string& dir) {
   return "";
 }
 
-std::string mib_text(uint64_t bytes) {
+std::string size_text(uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " bytes";
+  const char* unit = "KiB";
+  double value = static_cast<double>(bytes) / 1024.0;
+  for (const char* next : {"MiB", "GiB", "TiB"}) {
+    if (value < 1024.0) break;
+    value /= 1024.0;
+    unit = next;
+  }
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  std::snprintf(buf, sizeof buf, "%.1f %s", value, unit);
   return buf;
 }
 
 StateBase pick_state_base(const std::string& memory_problem, std::optional<uint64_t> memory_free) {
-  const std::string rule =
-      "/dev/shm is the default when it has at least " + mib_text(kMemoryStateBaseMinFree) + " free";
+  const std::string rule = "/dev/shm is the default when it has at least " +
+                           size_text(kMemoryStateBaseMinFree) + " free";
   if (!memory_problem.empty()) {
     return {kDiskStateBase, std::string("local disk, since ") + memory_problem + " (" + rule + ")"};
   }
@@ -55,12 +63,12 @@ StateBase pick_state_base(const std::string& memory_problem, std::optional<uint6
             "local disk, since the free space of /dev/shm is unknown (" + rule + ")"};
   }
   if (*memory_free < kMemoryStateBaseMinFree) {
-    return {kDiskStateBase, "local disk, since /dev/shm has only " + mib_text(*memory_free) +
+    return {kDiskStateBase, "local disk, since /dev/shm has only " + size_text(*memory_free) +
                                 " free (" + rule +
                                 "; a container's default /dev/shm is 64 MiB; choose a base with "
                                 "--elastic-state-dir)"};
   }
-  return {kMemoryStateBase, "host memory, " + mib_text(*memory_free) + " free (" + rule + ")"};
+  return {kMemoryStateBase, "host memory, " + size_text(*memory_free) + " free (" + rule + ")"};
 }
 
 StateBase choose_state_base(const std::string& requested) {
@@ -92,8 +100,8 @@ std::string new_elastic_key() { return random_token() + random_token(); }
 std::string low_space_warning(const std::string& where, const std::string& dir, uint64_t free,
                               uint64_t last_commit) {
   if (free >= last_commit) return "";
-  return "hvdrun: elastic: " + where + ": " + dir + " has " + mib_text(free) +
-         " free, the last commit took " + mib_text(last_commit) +
+  return "hvdrun: elastic: " + where + ": " + dir + " has " + size_text(free) +
+         " free, the last commit took " + size_text(last_commit) +
          "; the next commit there will fail (free space, or give hvdrun --elastic-state-dir a "
          "larger file system)";
 }

@@ -44,7 +44,7 @@ TEST_CASE("/dev/shm is the base when it is safe and has 1 GiB free, else /var/tm
   const uint64_t gib = uint64_t{1} << 30;
   auto roomy = pick_state_base("", 24 * gib);
   CHECK(roomy.dir == "/dev/shm");
-  CHECK(roomy.why.find("24576.0 MiB free") != std::string::npos);
+  CHECK(roomy.why.find("24.0 GiB free") != std::string::npos);
   auto docker = pick_state_base("", 64ull << 20);
   CHECK(docker.dir == "/var/tmp");
   CHECK(docker.why.find("/dev/shm has only 64.0 MiB free") != std::string::npos);
@@ -57,6 +57,10 @@ TEST_CASE("/dev/shm is the base when it is safe and has 1 GiB free, else /var/tm
 }
 
 TEST_CASE("the free-space warning names the host, the directory and both sizes", "[unit]") {
+  CHECK(size_text(112) == "112 bytes");
+  CHECK(size_text(8192) == "8.0 KiB");
+  CHECK(size_text(64ull << 20) == "64.0 MiB");
+  CHECK(size_text(24ull << 30) == "24.0 GiB");
   CHECK(low_space_warning("host a", "/dev/shm/hvd-elastic-x", 300 << 20, 300 << 20).empty());
   const std::string w = low_space_warning("host a", "/dev/shm/hvd-elastic-x", 40 << 20, 100 << 20);
   CHECK(w ==

@@ -68,7 +68,7 @@ std::string new_elastic_key();
 std::string low_space_warning(const std::string& where, const std::string& dir, uint64_t free,
                               uint64_t last_commit);
 
-// Sizes as the warnings print them: "12.5 MiB".
-std::string mib_text(uint64_t bytes);
+// Sizes as the messages print them: "112 bytes", "64.0 MiB", "23.4 GiB".
+std::string size_text(uint64_t bytes);
 
 }  // namespace hvd::runner
