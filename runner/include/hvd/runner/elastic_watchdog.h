@@ -12,7 +12,10 @@
 // rank-local work (validation on rank 0 alone, a checkpoint, a compilation) calls
 // hvd.elastic.report_progress() / hvd::elastic::report_progress() while the others wait for it
 // in their next collective, where they report nothing. A stopped or deadlocked rank stops the
-// others in that same collective, so every rank falls silent. Before the first report (Python
+// others in that same collective, so every rank falls silent. What this cannot see: a rank
+// stuck while the others keep completing collectives among themselves (a process set without
+// it), or one that calls report_progress() in an endless loop; the first is found once the
+// others need it. Before the first report (Python
 // and torch starting, hvd.init)
 // nothing is watched, and a program that never reports (not using @hvd.elastic.run or
 // hvd::elastic::run) is never stopped by the watchdog.
