@@ -133,7 +133,7 @@ int write_all(int fd, const char* p, size_t n) {
   return 0;
 }
 
-// "" when `dir` may hold the job's state; otherwise the ElasticState error that refuses it.
+// OK when `dir` may hold the job's state; otherwise the ElasticState error that refuses it.
 Status check_directory(const std::string& dir) {
   const std::string problem = core::private_directory_problem(dir);
   if (problem.empty()) return Status::OK();
