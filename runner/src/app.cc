@@ -163,7 +163,8 @@ int launch_elastic(const Options& o, const std::optional<SlurmAllocation>& alloc
   job.mpi = detect_mpi_profile(o);
   boost::asio::io_context io;
   ControlServer server(io, job.token);
-  server.start();
+  server.start({"127.0.0.1"});  // a generation with remote hosts widens it (elastic_job.cc)
+  if (o.verbose) std::cerr << "hvdrun: listening on " << server.describe() << "\n";
   return run_elastic_job(io, server, job);
 }
 
@@ -216,13 +217,19 @@ int launch(const Options& o) {
 
   boost::asio::io_context io;
   ControlServer server(io, token);
-  server.start();
-  NetworkSetup net =
-      prepare_network(io, o, {remote, server.port(), token, self, cwd, path, mpi, {}});
+  // The agents connect back to this machine's addresses; the ranks then use those chosen.
+  server.start(all_local ? std::vector<std::string>{"127.0.0.1"} : preflight_listen_addresses());
+  if (o.verbose) {
+    std::cerr << "hvdrun: listening on " << server.describe()
+              << (all_local ? "" : " for the preflight") << "\n";
+  }
+  NetworkSetup net = prepare_network(
+      io, o, {remote, server.port(), token, self, cwd, path, mpi, {}, server.addresses()});
   if (!net.ok) {
     std::cerr << net.report;
     return kExitPreflight;
   }
+  listen_only_on(server, net.wrapper_addresses, o.verbose, "for the ranks");
   spec.mpi_interfaces = net.mpi_interfaces;
   nccl_names = net.nccl_names;
   const std::string connect = wrapper_connect_list(net.wrapper_addresses, server.port());

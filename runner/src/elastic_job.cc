@@ -137,6 +137,17 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
   };
   std::vector<SpareCheck> spare_checks;
   std::vector<std::string> spares_passed;  // passed in the background, not used since
+  // The control server listens on every address of this machine only while a preflight (a
+  // generation's, or the spare hosts' in the background) may connect back; else on those the
+  // ranks use.
+  auto spares_running = [&] {
+    return std::any_of(spare_checks.begin(), spare_checks.end(),
+                       [](const SpareCheck& c) { return !c.collected && !c.run->done(); });
+  };
+  auto listen_for_ranks = [&](const std::vector<std::string>& wrappers, bool spares) {
+    listen_only_on(server, job_listen_addresses(wrappers, spares), o.verbose,
+                   spares ? "for the ranks and the spare hosts' preflight" : "for the ranks");
+  };
   auto blacklist_host = [&](const std::string& host, const std::string& why) {
     const double cooldown = blacklist.add(host, now_s());
     known.erase(std::remove_if(known.begin(), known.end(),
@@ -195,8 +206,13 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
       }
       spares_passed.erase(s);
     }
-    NetworkSetup net = prepare_network(
-        io, o, {remote, server.port(), job.token, job.self, job.cwd, job.path, job.mpi, known});
+    if (std::any_of(remote.begin(), remote.end(), [&](const auto& h) { return !is_known(h); })) {
+      listen_only_on(server, job_listen_addresses(server.addresses(), true), o.verbose,
+                     "for the preflight");
+    }
+    NetworkSetup net = prepare_network(io, o,
+                                       {remote, server.port(), job.token, job.self, job.cwd,
+                                        job.path, job.mpi, known, server.addresses()});
     if (!net.ok) {
       std::cerr << net.report;
       for (const auto& h : net.failed_hosts) blacklist_host(h, "it failed the preflight");
@@ -258,6 +274,7 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
       }
       // Sent again at every check: a wrapper that connected late still learns it.
       if (seq > 0) server.broadcast(Message{MessageKind::kHosts, "", "", seq, sent_bits});
+      listen_for_ranks(net.wrapper_addresses, spares_running());  // narrows once spares are done
     };
     std::function<void()> arm = [&] {
       watch.expires_after(milliseconds(250));
@@ -278,11 +295,11 @@ int run_elastic_job(asio::io_context& io, ControlServer& server, const ElasticJo
     }
     const auto spare =
         spare_hosts_to_check(hosts_now(), plan.used, blacklist, now_s(), checked, job.own_hostname);
+    listen_for_ranks(net.wrapper_addresses, !spare.empty() || spares_running());
     if (!spare.empty()) {
-      spare_checks.push_back(
-          {start_spare_preflight(
-               io, o, {spare, server.port(), job.token, job.self, job.cwd, job.path, job.mpi, {}}),
-           false});
+      const NetworkTarget target{spare,    server.port(), job.token, job.self,          job.cwd,
+                                 job.path, job.mpi,       {},        server.addresses()};
+      spare_checks.push_back({start_spare_preflight(io, o, target), false});
     }
     GenerationOutcome outcome;
     server.set_generation(generation);  // a leftover wrapper of an earlier one is ignored

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
 #include <memory>
 #include <utility>
 
@@ -30,8 +31,12 @@ PreflightConfig preflight_config(const Options& o, const NetworkTarget& t,
   pc.program = o.command[0];
   pc.cwd = t.cwd;
   pc.path_env = t.path;
+  // Only where the control server listens: an address it could not bind may be another
+  // process's, which must not hear the token.
   for (const auto& i : master_ifaces) {
-    if (!is_loopback(i)) pc.master_addresses.push_back(i.address);
+    if (is_loopback(i)) continue;
+    if (std::find(t.listening.begin(), t.listening.end(), i.address) == t.listening.end()) continue;
+    pc.master_addresses.push_back(i.address);
   }
   pc.listener_port = t.listener_port;
   pc.token = t.token;
@@ -41,6 +46,39 @@ PreflightConfig preflight_config(const Options& o, const NetworkTarget& t,
 }
 
 }  // namespace
+
+std::vector<std::string> preflight_listen_addresses() {
+  std::vector<std::string> out;
+  for (const auto& i : local_interfaces()) {
+    if (!is_loopback(i) && std::find(out.begin(), out.end(), i.address) == out.end()) {
+      out.push_back(i.address);
+    }
+  }
+  out.push_back("127.0.0.1");
+  return out;
+}
+
+std::vector<std::string> job_listen_addresses(const std::vector<std::string>& wrappers,
+                                              bool preflight) {
+  std::vector<std::string> out = wrappers;
+  if (preflight) {
+    for (const auto& a : preflight_listen_addresses()) {
+      if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+    }
+  }
+  return out;
+}
+
+void listen_only_on(ControlServer& server, const std::vector<std::string>& addresses, bool verbose,
+                    const std::string& why) {
+  if (server.addresses() == addresses) return;
+  for (const auto& f : server.listen_on(addresses)) {
+    std::cerr << "hvdrun: warning: cannot listen on " << f
+              << " (another process holds that port there); hosts cannot reach hvdrun at that "
+                 "address\n";
+  }
+  if (verbose) std::cerr << "hvdrun: listening on " << server.describe() << " " << why << "\n";
+}
 
 std::unique_ptr<BackgroundPreflight> start_spare_preflight(boost::asio::io_context& io,
                                                            const Options& o,

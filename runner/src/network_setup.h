@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hvd/runner/cli.h"
+#include "hvd/runner/control_server.h"
 #include "hvd/runner/interfaces.h"
 #include "hvd/runner/preflight.h"
 
@@ -37,12 +38,29 @@ struct NetworkTarget {
   // Hosts that passed a preflight of this job before: not checked again, their networks
   // taken from here (elastic mode's later generations).
   std::vector<HostNetwork> known;
+  // The addresses the control server listens on (ControlServer::addresses()): the agents
+  // connect back to the non-loopback ones among them, and to nothing else.
+  std::vector<std::string> listening;
 };
+
+// What the control server listens on while a preflight needs it: this machine's non-loopback
+// IPv4 addresses (the candidates the agents try to connect back to), then 127.0.0.1.
+std::vector<std::string> preflight_listen_addresses();
+
+// `wrappers` plus, when `preflight`, preflight_listen_addresses(): what the control server
+// listens on while ranks run (and, with `preflight`, a preflight runs too).
+std::vector<std::string> job_listen_addresses(const std::vector<std::string>& wrappers,
+                                              bool preflight);
+
+// Makes `server` listen on `addresses` only (ControlServer::listen_on). Says on stderr which
+// could not be bound, and with `verbose` what listens now and `why` (e.g. "for the preflight").
+void listen_only_on(ControlServer& server, const std::vector<std::string>& addresses, bool verbose,
+                    const std::string& why);
 
 // Without remote hosts: the interfaces of --network-interface and no preflight. Otherwise the
 // preflight of every remote host not in `known`, in parallel (preflight.h), then the
 // interfaces that reach all of them (or the user's). 127.0.0.1 is always the last wrapper
-// address.
+// address. The agents connect back to `target.listening`'s non-loopback addresses.
 NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
                              const NetworkTarget& target);
 
