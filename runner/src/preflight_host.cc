@@ -7,9 +7,11 @@
 #include <boost/asio/connect.hpp>
 #include <cmath>
 #include <csignal>
+#include <iostream>
 
 #include "hvd/runner/launch_command.h"
 #include "hvd/runner/ssh_errors.h"
+#include "hvd/runner/state_dir.h"
 #include "hvd/runner/wire.h"
 
 namespace hvd::runner::detail {
@@ -130,6 +132,11 @@ void HostCheck::agent_done(int status) {
                      ? "looked in " + config_.cwd
                      : std::string("looked in the PATH forwarded from this machine")) +
                 "); copy it to the same path on every host");
+  }
+  if (!config_.state_base.empty() && r.state_base_checked) {
+    const std::string warning =
+        remote_base_warning(result_.host, config_.state_base, r.state_base_free);
+    if (!warning.empty()) std::cerr << warning << "\n" << std::flush;
   }
   if (!config_.state_base.empty() && r.state_base_checked && !r.state_base_problem.empty()) {
     p.push_back("the elastic state base on " + result_.host + ": " + r.state_base_problem +

@@ -106,4 +106,14 @@ std::string low_space_warning(const std::string& where, const std::string& dir, 
          "larger file system)";
 }
 
+std::string remote_base_warning(const std::string& host, const std::string& base, long long free) {
+  if (base != kMemoryStateBase || free < 0) return "";
+  if (static_cast<uint64_t>(free) >= kMemoryStateBaseMinFree) return "";
+  return "hvdrun: elastic: host " + host + ": " + base + " has only " +
+         size_text(static_cast<uint64_t>(free)) + " free (this machine's has at least " +
+         size_text(kMemoryStateBaseMinFree) +
+         ", so it is the job's state base); a commit larger than that fails there: give "
+         "hvdrun --elastic-state-dir /var/tmp (or another directory on every host)";
+}
+
 }  // namespace hvd::runner

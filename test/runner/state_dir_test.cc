@@ -69,6 +69,17 @@ TEST_CASE("the free-space warning names the host, the directory and both sizes",
         "--elastic-state-dir a larger file system)");
 }
 
+TEST_CASE("a remote /dev/shm below the default's rule is warned about in the preflight", "[unit]") {
+  const long long gib = 1ll << 30;
+  CHECK(remote_base_warning("n1", "/dev/shm", 2 * gib).empty());
+  CHECK(remote_base_warning("n1", "/dev/shm", -1).empty());
+  CHECK(remote_base_warning("n1", "/scratch", 1 << 20).empty());  // the user's choice
+  CHECK(remote_base_warning("n1", "/dev/shm", 64ll << 20) ==
+        "hvdrun: elastic: host n1: /dev/shm has only 64.0 MiB free (this machine's has at least "
+        "1.0 GiB, so it is the job's state base); a commit larger than that fails there: give "
+        "hvdrun --elastic-state-dir /var/tmp (or another directory on every host)");
+}
+
 TEST_CASE("the agent's report carries the state base's check", "[unit]") {
   AgentReport r;
   r.hostname = "h";

@@ -68,6 +68,12 @@ std::string new_elastic_key();
 std::string low_space_warning(const std::string& where, const std::string& dir, uint64_t free,
                               uint64_t last_commit);
 
+// The preflight's warning for a remote host whose base, chosen on hvdrun's machine, has less
+// room there than the rule that chose it (/dev/shm below kMemoryStateBaseMinFree), or "" when it
+// has enough or `base` is another directory (--elastic-state-dir: the user's choice). `free` < 0:
+// unknown (no warning).
+std::string remote_base_warning(const std::string& host, const std::string& base, long long free);
+
 // Sizes as the messages print them: "112 bytes", "64.0 MiB", "23.4 GiB".
 std::string size_text(uint64_t bytes);
 
