@@ -168,7 +168,10 @@ NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
     }
     out.checked = nets;
   }
-  out.wrapper_addresses.push_back("127.0.0.1");
+  // Loopback only where every rank runs on this machine: a rank on a remote host that fell back
+  // to 127.0.0.1 would hand the token to whoever listens on that port there.
+  if (t.remote.empty() || out.wrapper_addresses.empty())
+    out.wrapper_addresses.push_back("127.0.0.1");
   return out;
 }
 

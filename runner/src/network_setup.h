@@ -59,8 +59,10 @@ void listen_only_on(ControlServer& server, const std::vector<std::string>& addre
 
 // Without remote hosts: the interfaces of --network-interface and no preflight. Otherwise the
 // preflight of every remote host not in `known`, in parallel (preflight.h), then the
-// interfaces that reach all of them (or the user's). 127.0.0.1 is always the last wrapper
-// address. The agents connect back to `target.listening`'s non-loopback addresses.
+// interfaces that reach all of them (or the user's): the wrappers' addresses. 127.0.0.1 is one
+// only when every rank runs on this machine (a remote rank never tries its own loopback, where
+// another user could listen on hvdrun's port). The agents connect back to `target.listening`'s
+// non-loopback addresses.
 NetworkSetup prepare_network(boost::asio::io_context& io, const Options& o,
                              const NetworkTarget& target);
 
