@@ -62,7 +62,10 @@ void Controller::fail(const Status& s) {
 
 void Controller::submit_lookup(TensorEntry* e) {
   const Request& r = e->request;
-  if (r.op == OpType::kJoin) joined_ = true;
+  if (r.op == OpType::kJoin) {
+    joined_ = true;
+    joined_at_ = now();
+  }
   if (cache_enabled_ && cacheable(r)) {
     uint32_t bit = 0;
     const ResponseCache::Lookup found = cache_.lookup(r, e->cache_hint, &bit);
@@ -208,6 +211,11 @@ Status Controller::full_round(bool want_shutdown, const std::vector<int>& joined
     std::vector<const Request*> reqs;
     reqs.reserve(uncached_.size());
     for (TensorEntry* e : uncached_) {
+      if (e->request.op == OpType::kJoin) {  // how long ago join() was called (see coordinate)
+        const auto waited =
+            std::chrono::duration_cast<std::chrono::microseconds>(now() - joined_at_);
+        e->request.splits.assign(1, std::max<int64_t>(0, waited.count()));
+      }
       sent_[e->request.name] = e;
       reqs.push_back(&e->request);
       ++waiting_;
@@ -329,6 +337,11 @@ void Controller::coordinator_add(const Request& r, const std::vector<int>& joine
   if (r.rank < 0 || r.rank >= size() || p.per_rank[static_cast<size_t>(r.rank)]) return;
   p.per_rank[static_cast<size_t>(r.rank)] = r;
   ++p.count;
+  if (p.is_join) {
+    const int64_t waited_us = r.splits.empty() ? 0 : std::max<int64_t>(0, r.splits.front());
+    p.joined_at.resize(static_cast<size_t>(size()));
+    p.joined_at[static_cast<size_t>(r.rank)] = now() - std::chrono::microseconds(waited_us);
+  }
   if (!r.group.empty()) {
     Group& g = groups_[r.group];
     if (g.sizes.empty()) {
@@ -341,8 +354,7 @@ void Controller::coordinator_add(const Request& r, const std::vector<int>& joine
     for (int32_t n : g.sizes) g.mismatched = g.mismatched || (n > 0 && n != r.group_size);
     if (g.mismatched) return;  // coordinator_fail_groups() answers every member
   }
-  // The rank completing a join is the last to join (ties within a round: the highest rank).
-  if (coordinator_ready(p, joined)) coordinator_emit(r.name, r.rank, ready);
+  if (coordinator_ready(p, joined)) coordinator_emit(r.name, ready);
 }
 
 void Controller::coordinator_sweep(const std::vector<int>& joined, std::vector<Response>* ready) {
@@ -353,12 +365,18 @@ void Controller::coordinator_sweep(const std::vector<int>& joined, std::vector<R
     if (coordinator_ready(p, joined)) order.emplace_back(p.arrival, name);
   }
   std::sort(order.begin(), order.end());
-  for (const auto& [arrival, name] : order) coordinator_emit(name, -1, ready);
+  for (const auto& [arrival, name] : order) coordinator_emit(name, ready);
 }
 
-void Controller::coordinator_emit(const std::string& name, int last_rank,
-                                  std::vector<Response>* ready) {
+void Controller::coordinator_emit(const std::string& name, std::vector<Response>* ready) {
   Pending& p = table_.at(name);
+  // A join: the rank that called it last by rank 0's clock (ties: the highest rank).
+  int last_rank = 0;
+  for (size_t i = 1; i < p.joined_at.size(); ++i) {
+    if (p.joined_at[i] >= p.joined_at[static_cast<size_t>(last_rank)]) {
+      last_rank = static_cast<int>(i);
+    }
+  }
   std::vector<Request> reqs;
   std::vector<int> absent;
   reqs.reserve(p.per_rank.size());

@@ -85,6 +85,19 @@ TEST_CASE("join with 1..N-1 ranks joined early: allreduce, allgather, broadcast"
   for (int64_t x : b) REQUIRE(x == 7);
 }
 
+TEST_CASE("join returns the rank that joined last, whichever rank it is",
+          "[mpi][multirank][join-order]") {
+  const int r = hvd::rank(), n = hvd::size();
+  REQUIRE(n >= 2);
+  // Each rank in turn joins 0.4 s after the others, which have nothing else to do (so every
+  // join may reach rank 0 in the same round): every rank must return that rank, each time.
+  for (int last = 0; last < n; ++last) {
+    if (r == last) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    INFO("rank " << last << " joined last");
+    REQUIRE(hvd::join() == last);
+  }
+}
+
 TEST_CASE("ops a joined rank cannot take part in fail with a clear error", "[mpi][multirank]") {
   const int r = hvd::rank(), n = hvd::size();
   REQUIRE(n >= 2);  // [multirank]: np = 1 runs exclude it
@@ -124,7 +137,8 @@ TEST_CASE("unnamed collectives made while other ranks are joined keep automatic 
       for (float x : f) REQUIRE(x == 5.0f);  // the joined ranks contributed zeros
     }
   }
-  REQUIRE(hvd::join() >= 0);
+  // Rank 0 joins after its allreduces, which needed every other rank joined first: it is last.
+  REQUIRE(hvd::join() == 0);
   for (int i = 0; i < 2; ++i) {  // unnamed calls by every rank must pair up and finish
     std::vector<float> v(3, 1.0f);
     hvd::Handle h = hvd::allreduce_async(hvd::TensorView(v.data(), DataType::kFloat32, {3}), "",

@@ -95,6 +95,19 @@ def test_after_join_average_divides_by_size_and_join_returns_the_last_rank():
     the_job_goes_on()
 
 
+@pytest.mark.ranks(2, "a rank joining after the others")
+def test_join_returns_the_rank_that_joined_last_whichever_it_is():
+    # The others have nothing to do meanwhile, so every join may reach rank 0 in one round:
+    # the answer is the rank that called join() last (Horovod's), not the highest one.
+    got = []
+    for last_rank in range(N):
+        if R == last_rank:
+            time.sleep(0.4)
+        got.append(hvd.join())
+    assert got == list(range(N))
+    the_job_goes_on()
+
+
 # ---- the facade ------------------------------------------------------------------------------
 
 @pytest.mark.ranks(2, "a collective left in flight by a rank that submits late")

@@ -32,7 +32,11 @@
 // and nothing new is cached. Rank 0 treats a name as ready once every rank that has not joined
 // submitted it; the response lists the joined ranks that did not submit it (`joined`), which
 // take part with zeros / no rows. Ops a joined rank cannot take part in get an error response.
-// The join itself is ready when every rank joined; its `root` is the last rank to join.
+// The join itself is ready when every rank joined; its `root` is the last rank to join. Joins
+// can reach rank 0 in one round even when called far apart (a rank with nothing to do enters
+// no round), so each join request carries how long its rank has waited in join() when sent:
+// rank 0 subtracts it from its own clock, and the latest estimate is the last rank (ties, within
+// a microsecond: the highest rank).
 #pragma once
 
 #include <chrono>
@@ -172,7 +176,7 @@ class Controller {
                        std::vector<Response>* ready);
   bool coordinator_ready(const Pending& p, const std::vector<int>& joined) const;
   void coordinator_sweep(const std::vector<int>& joined, std::vector<Response>* ready);
-  void coordinator_emit(const std::string& name, int last_rank, std::vector<Response>* ready);
+  void coordinator_emit(const std::string& name, std::vector<Response>* ready);
   void coordinator_fail_groups(const std::vector<int>& joined, std::vector<Response>* ready);
   void cache_new_responses(const std::vector<Response>& responses, bool any_joined);
   /// Groups are cached whole or not at all (controller_groups.cc): after the cache changed,
@@ -225,6 +229,7 @@ class Controller {
   int64_t waiting_ = 0;                                 // sent to rank 0, no response yet
   std::unordered_map<std::string, TensorEntry*> sent_;  // name -> my entry sent to rank 0
   bool joined_ = false;                                 // join() submitted, not yet answered
+  std::chrono::steady_clock::time_point joined_at_{};   // when join() was submitted
   std::string local_error_;                             // fail(): sent at the next round
   // Stall inspection: when each cached request became pending, the threshold, rank 0's ask.
   std::vector<std::chrono::steady_clock::time_point> pending_since_;
@@ -257,6 +262,8 @@ class Controller {
     uint64_t arrival = 0;
     std::chrono::steady_clock::time_point since;
     bool is_join = false;
+    // A join: per rank, when it called join() by rank 0's clock (its request's wait subtracted).
+    std::vector<std::chrono::steady_clock::time_point> joined_at;
     std::string group;  // the first request's group key ("" when not grouped)
   };
   std::unordered_map<std::string, Pending> table_;

@@ -22,7 +22,7 @@ enum class OpType : uint8_t {
   kAllgather,
   kAlltoall,
   kReducescatter,
-  kJoin,
+  kJoin,  ///< `splits` {microseconds since this rank called join()}, read when sent to rank 0
   kAddProcessSet,     ///< global set only: `splits` holds the new set's global ranks
   kRemoveProcessSet,  ///< global set only: `root` holds the id, `splits` {1} when busy here
 };
