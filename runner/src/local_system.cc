@@ -7,13 +7,16 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <bitset>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
-#include <random>
+#include <cstring>
+#include <stdexcept>
 
 #include "hvd/runner/launch_command.h"
 #include "hvd/runner/mpi_profile.h"
@@ -86,9 +89,18 @@ std::string current_directory() {
 }
 
 std::string random_token() {
-  std::random_device rd;
+  // The kernel's CSPRNG (getrandom(2)) for a job's secrets: std::random_device's source is the
+  // library's choice.
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+    got += static_cast<size_t>(n);
+  }
   char buf[33];
-  std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  for (size_t i = 0; i < sizeof bytes; ++i) std::snprintf(buf + 2 * i, 3, "%02x", bytes[i]);
   return buf;
 }
 

@@ -27,7 +27,7 @@ std::string find_program(const std::string& program, const std::string& cwd,
 // getcwd().
 std::string current_directory();
 
-// A random hex string (job token).
+// 32 hex digits, 128 bits from the kernel's CSPRNG (getrandom): job tokens, keys, names.
 std::string random_token();
 
 // The major version of the Open MPI behind `mpirun` (`mpirun --version`, run through the
