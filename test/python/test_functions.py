@@ -139,6 +139,46 @@ def test_broadcast_optimizer_state_rejects_different_models_on_every_rank():
         hvd.broadcast_optimizer_state(opt, root_rank=0)
 
 
+class ModelNoGrad(nn.Module):  # Horovod's test_broadcast_state_no_grad
+    def __init__(self, a, b):
+        super().__init__()
+        self.a = nn.Parameter(a.int(), requires_grad=False)
+        self.b = nn.Parameter(b)
+
+    def forward(self, x):
+        return torch.index_select(self.b, 0, self.a.long()) * x
+
+
+@pytest.mark.parametrize("kind", ["sgd", "sparse_adam"])
+def test_broadcast_optimizer_state_gives_fresh_parameters_zero_gradients(kind):
+    if kind == "sgd":
+        torch.manual_seed(hvd.rank())
+        model = ModelNoGrad(torch.tensor([1.0, 3.0]), torch.rand(4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.001, weight_decay=1e-6, momentum=0.9,
+                              nesterov=True)
+    else:
+        model = nn.Embedding(4, 2, sparse=True)
+        opt = torch.optim.SparseAdam(model.parameters(), lr=0.1)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    params = opt.param_groups[0]["params"]
+    grad = params[-1].grad
+    assert grad is not None
+    assert grad.is_sparse == (kind == "sparse_adam")  # what the optimizer accepts
+    assert torch.equal(grad.to_dense(), torch.zeros_like(params[-1]))
+    if kind == "sgd":
+        assert params[0].grad is None  # requires_grad=False: untouched
+        assert torch.equal(hvd.broadcast(grad, root_rank=0, name="no_grad.bcast"), grad)
+    # Training goes on from there: the first backward pass accumulates into the zeros.
+    x = torch.tensor([1.0, 2.0]) * (hvd.rank() + 1) if kind == "sgd" else \
+        torch.tensor([hvd.rank() % 4])
+    model(x).sum().backward()
+    opt.step()
+    w = params[-1].detach()
+    assert all(torch.equal(w, q) for q in hvd.allgather_object(w, name="no_grad.after"))
+
+
 def obj_of(r):
     return {"rank": r, "payload": list(range(3 * r)), "text": "x" * (100 * r),
             "tensor": torch.arange(r + 1)}

@@ -118,6 +118,16 @@ def _describe_state(optimizer, params):
     return {"state": state, "groups": groups, "shapes": shapes}
 
 
+def _zero_missing_grads(params, sparse):
+    """Zero .grad where it is None (sparse in the first dimension, as nn.Embedding's, for an
+    optimizer taking sparse gradients only: a later backward pass accumulates into it)."""
+    with torch.no_grad():
+        for p in params:
+            if p.requires_grad and p.grad is None:
+                g = torch.zeros_like(p)
+                p.grad = g.to_sparse(min(1, g.dim())) if sparse else g
+
+
 def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
     """Makes every rank's optimizer state and param-group options (lr, momentum, betas, ...)
     equal to root_rank's: tensors (momentum buffers, exp_avg, Adam's 'step' tensor, ...) are
@@ -126,8 +136,13 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     that has not end alike (when root_rank has not stepped, every rank ends with no state:
     the next step is everyone's first, as in a single process). Works for every torch.optim
     optimizer and for DistributedOptimizer. Raises ValueError on every rank when the ranks'
-    optimizers do not hold the same number and shapes of parameters or param groups."""
+    optimizers do not hold the same number and shapes of parameters or param groups. As
+    Horovod, on a rank whose optimizer has no state yet, the parameters that require grad and
+    have no gradient get zero gradients (sparse ones for SparseAdam), so that ``.grad`` can be
+    read or broadcast right after."""
     params = [p for g in optimizer.param_groups for p in g["params"]]
+    if not any(p in optimizer.state for p in params):
+        _zero_missing_grads(params, isinstance(optimizer, torch.optim.SparseAdam))
     me = mpi_ops._core.rank()  # root_rank is a global rank, also on a process set
     desc = broadcast_object(_describe_state(optimizer, params) if me == root_rank else None,
                             root_rank, name="optimizer_state.desc", process_set=process_set)
