@@ -238,6 +238,26 @@ def test_unnamed_parameters_get_the_same_names_on_every_rank(monkeypatch):
     assert all(n.startswith("grad.param.") for n in names)
 
 
+def test_optimizer_no_named_parameters_has_parameter_names():
+    # Horovod's test_optimizer_no_named_parameters, plus the names the reductions use.
+    model = nn.Sequential(nn.Linear(10, 10), nn.Linear(10, 10))
+    frozen = nn.Parameter(torch.zeros(2), requires_grad=False)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(
+        [{"params": model[0].parameters()}, {"params": list(model[1].parameters()) + [frozen]}],
+        lr=0.001))
+    params = opt._parameter_names
+    assert list(params) == list(model.parameters()) + [frozen]
+    assert len(params) == len(set(params.values())) == 5
+    assert list(params.values())[:4] == opt._hvd_entries.names  # the reductions' names
+    assert params[frozen] == "allreduce.noname.4"
+    all_param_names = hvd.allgather_object(list(params.values()))
+    assert len(all_param_names) == hvd.size()
+    assert all(names == all_param_names[0] for names in all_param_names)
+    named = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+    assert named._parameter_names == dict((p, n) for n, p in model.named_parameters())
+
+
 class Branchy(nn.Module):
     def __init__(self):
         super().__init__()

@@ -148,6 +148,21 @@ class _DistributedOptimizer:
         if not self._hvd_local:
             weakref.finalize(self, _core.registry_remove, self._hvd_owner, self._hvd_entries)
 
+    @property
+    def _parameter_names(self):
+        """Horovod's attribute: {parameter: name} for this optimizer's parameters, unique and
+        equal on every rank: the names given in named_parameters, else the names the reductions
+        use ("param.<n>" in registration order); a parameter never reduced (requires_grad
+        False, or this rank outside the process set) gets "allreduce.noname.<index>"."""
+        entries = self._hvd_entries
+        reduced = {} if entries is None else \
+            {id(slot.param): name for slot, name in zip(entries.slots, entries.names)}
+        out = {}
+        for i, p in enumerate(p for g in self.param_groups for p in g["params"]):
+            name = None if self._hvd_names is None else self._hvd_names.get(id(p))
+            out[p] = name or reduced.get(id(p), f"allreduce.noname.{i}")
+        return out
+
     def _hvd_sparse_only(self):
         """True for optimizers that accept sparse gradients only (SparseAdam)."""
         return issubclass(self._hvd_base, torch.optim.SparseAdam)
