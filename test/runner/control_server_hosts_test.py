@@ -3,17 +3,19 @@
 """[hosts] What hvdrun's listener is bound to with remote hosts (fake hosts of
 test/hosts/testhosts.sh: network namespaces with their own sshd). hvdrun -np 2 -H A:1,B:1 of the
 probe program: during the preflight hvdrun listens on this machine's IPv4 addresses and
-127.0.0.1; once the ranks run, only on the rig's master address (the network the preflight chose)
-and 127.0.0.1; never on 0.0.0.0 (sampled from /proc/net/tcp every 10 ms). Meanwhile a process on
+127.0.0.1; once the ranks run, only on the rig's master address (the network the preflight chose;
+no rank falls back to loopback); never on 0.0.0.0 (sampled from /proc/net/tcp every 10 ms). Meanwhile a process on
 fake host A (another machine of the job's network) sends the master's address 100 MiB without a
 newline: it is cut off, and the job completes.
 
 usage: control_server_hosts_test.py HVDRUN PROBE     exit 0 pass, 1 fail, 77 skipped"""
 import os
-import socket
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proc_listeners import listeners  # noqa: E402
 
 HVDRUN, PROBE = sys.argv[1], sys.argv[2]
 RIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hosts", "testhosts.sh")
@@ -45,27 +47,6 @@ def check(what, ok):
     failed = failed or not ok
 
 
-def listeners(pid):
-    """The (address, port) pairs `pid` listens on (/proc/<pid>/fd, /proc/net/tcp state 0A)."""
-    inodes = set()
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    except OSError:
-        return set()
-    found = set()
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            w = line.split()
-            if w[3] == "0A" and w[9] in inodes:
-                address, port = w[1].split(":")
-                found.add((socket.inet_ntoa(bytes.fromhex(address)[::-1]), int(port, 16)))
-    return found
-
-
 def local_addresses():
     out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
     return {line.split()[3].split("/")[0] for line in out.splitlines()} - {"127.0.0.1"}
@@ -90,8 +71,8 @@ try:
         if found and (not seen or seen[-1] != addrs):
             seen.append(addrs)
         port = port or (min(p for _, p in found) if found else None)
-        # Once the ranks' addresses are all that listens, attack from fake host A.
-        if sender is None and addrs == sorted([MASTER, "127.0.0.1"]):
+        # Once the ranks' address is all that listens, attack from fake host A.
+        if sender is None and addrs == [MASTER]:
             sender = subprocess.Popen([RIG, "exec", A, "python3", "-c", SENDER, MASTER,
                                        str(port)], stdout=subprocess.PIPE, text=True)
         time.sleep(0.01)
@@ -106,10 +87,10 @@ check(f"the job completes (exit {job.returncode})", job.returncode == 0)
 check("never on 0.0.0.0", all("0.0.0.0" not in s for s in seen))
 check(f"during the preflight on this machine's addresses ({sorted(others | {MASTER})}) and "
       "127.0.0.1", bool(seen) and set(seen[0]) == others | {MASTER, "127.0.0.1"})
-check(f"while the ranks run on {MASTER} and 127.0.0.1 only",
-      sorted([MASTER, "127.0.0.1"]) in seen[1:])
+# Not 127.0.0.1: no rank falls back to loopback when ranks run on other hosts.
+check(f"while the ranks run on {MASTER} only", [MASTER] in seen[1:])
 check("--verbose says so", "for the preflight" in out
-      and f"listening on {MASTER}:{port}, 127.0.0.1:{port} for the ranks" in out)
+      and f"listening on {MASTER}:{port} for the ranks" in out)
 check("the sender on another host is cut off", len(sent) == 2 and int(sent[0]) < 100 << 20
       and sent[1] in ("ConnectionResetError", "BrokenPipeError"))
 print(f"control_server_hosts_test: {time.monotonic() - start:.1f} s")
