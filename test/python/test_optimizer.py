@@ -350,3 +350,42 @@ def test_sparse_gradients(as_dense):
             (m(ii) - 1).pow(2).sum(-1).mean().backward()
             o.step()
     assert_same(model, ref)
+
+
+class TwoEmbeddings(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Embedding(7, 3, sparse=True)
+        self.b = nn.Embedding(5, 2, sparse=True)
+
+    def forward(self, i):
+        return (self.a(i) - 1).pow(2).sum(-1).mean() + (self.b(i % 5) + 1).pow(2).sum(-1).mean()
+
+
+@pytest.mark.parametrize("kw", [dict(sparse_as_dense=True), dict(groups=1), dict(num_groups=2),
+                                dict(groups=1, sparse_as_dense=True)],
+                         ids=["sparse_as_dense", "groups", "num_groups", "groups_as_dense"])
+def test_sparse_adam_gets_sparse_gradients_reduced_as_asked(kw, monkeypatch):
+    calls = {"sparse": 0, "grouped": 0}
+    for fn, key in (("sparse_allreduce_async", "sparse"), ("grouped_allreduce_async_", "grouped")):
+        real = getattr(mpi_ops, fn)
+        monkeypatch.setattr(mpi_ops, fn, lambda *a, _r=real, _k=key, **k:
+                            calls.__setitem__(_k, calls[_k] + 1) or _r(*a, **k))
+    g = torch.Generator().manual_seed(13)
+    idx = torch.randint(0, 7, (hvd.size() * N, 2), generator=g)
+    torch.manual_seed(0)
+    model = TwoEmbeddings().double()
+    ref = copy.deepcopy(model)
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), **kw)
+    ref_opt = torch.optim.SparseAdam(ref.parameters(), lr=0.1)
+    for m, o, ii in ((model, opt, shard(idx)), (ref, ref_opt, idx)):
+        for _ in range(STEPS):
+            o.zero_grad()
+            m(ii).backward()
+            o.step()
+            assert all(p.grad.is_sparse for p in m.parameters())  # what SparseAdam takes
+    assert_same(model, ref)
+    dense = kw.get("sparse_as_dense", False)
+    assert calls["sparse"] == (0 if dense else 2 * STEPS)  # never densified unless asked
+    assert calls["grouped"] == (STEPS if "groups" in kw and dense else 0)

@@ -29,12 +29,13 @@ _SPARSE = object()  # ctx marker: the slot was reduced with sparse_allreduce_asy
 
 class _Slot:
     """One registered parameter (see the module docstring)."""
-    __slots__ = ("param", "settings", "sparse", "acc", "hooks", "base", "wired", "wired_version",
-                 "wire", "ctx", "__weakref__")
+    __slots__ = ("param", "settings", "sparse", "sparse_only", "acc", "hooks", "base", "wired",
+                 "wired_version", "wire", "ctx", "__weakref__")
 
     def __init__(self, param, settings, sparse):
         self.param, self.settings = param, settings
         self.sparse = sparse  # its gradients are sparse (SparseAdam, or seen so)
+        self.sparse_only = sparse  # its optimizer takes sparse gradients only (SparseAdam)
         self.acc, self.hooks = None, []
         self.base = self.wired = self.wire = self.ctx = None
         self.wired_version = 0
@@ -89,6 +90,10 @@ class _Slot:
                         g.add_(self.base)
                 elif g is self.wired and self.wire is g:
                     g.zero_()  # zeroed in place while the reduction wrote into it: keep the zeros
+                if self.sparse_only and g is self.wired:
+                    # Reduced densely (sparse_as_dense): sparse again, rows of zeros left out,
+                    # as nn.Embedding's (sparse in the first dimension) for SparseAdam.
+                    p.grad = g.to_sparse(min(1, g.dim()))
         finally:
             self.base = self.wired = self.wire = self.ctx = None
 

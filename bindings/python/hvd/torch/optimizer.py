@@ -135,6 +135,8 @@ class _DistributedOptimizer:
         self._hvd_entries = None
         specs = self._hvd_specs(self.param_groups)
         groups = _make_groups(num_groups, groups, specs)
+        if self._hvd_sparse_only() and not settings.sparse_as_dense:
+            groups = []  # a grouped allreduce is dense: SparseAdam's gradients go one by one
         if not self._hvd_local:
             self._hvd_entries = _grad_registry.add(self._hvd_owner, self._hvd_label, specs,
                                                    settings, groups, self._hvd_sparse_only())
@@ -313,7 +315,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     (split the parameters into that many contiguous groups) or lists of parameters (tensors or
     names), each reduced as one grouped allreduce; `num_groups` is the older spelling of an int
     `groups`. `sparse_as_dense`: sparse gradients are densified before a plain allreduce (else
-    they are allgathered). On a rank outside `process_set` the optimizer communicates nothing
+    they are allgathered); an optimizer that takes sparse gradients only (SparseAdam) gets them
+    sparse again after the reduction (rows of zeros left out), and ignores `groups` unless
+    `sparse_as_dense` is set. On a rank outside `process_set` the optimizer communicates nothing
     and steps on the local gradients (as Horovod). Raises ValueError for invalid options, for
     two different tensors under one name in `named_parameters`, for a parameter missing from a given `named_parameters`, and for a
     parameter shared with another DistributedOptimizer that reduces it differently;
