@@ -70,7 +70,11 @@ ElasticDecision decide_after_generation(const GenerationOutcome& o, JobProgress&
       o.exit_code == 0              ? "every rank exited 0 but rank 0 never reported completion"
       : o.exit_code == kExitStalled ? "a rank stopped making progress (--elastic-step-timeout)"
                                     : "a rank failed (" + describe_exit_code(o.exit_code) + ")";
-  const int code = o.exit_code == 0 ? kExitLaunch : o.exit_code;
+  // The cause's code when a survivor's restart request (75) reached hvdrun before it: the job
+  // then ends with the code of the rank that really failed, whichever exit came first.
+  const int code = o.exit_code == 0                         ? kExitLaunch
+                   : o.error_rank >= 0 && o.error_code != 0 ? o.error_code
+                                                            : o.exit_code;
   if (limits.reset_limit >= 0 && resets_done >= limits.reset_limit) {
     return {NextStep::kGiveUp, code,
             "hvdrun: elastic: " + why + " and the job was already restarted " +

@@ -110,6 +110,8 @@ TEST_CASE("the failure after a restart request is quoted as its cause", "[unit]"
   CHECK(d.step == NextStep::kGiveUp);
   CHECK_THAT(d.message, hvd::test::Contains("the last failure: rank 1 on host b: exit code 1: "
                                             "RuntimeError: out of memory"));
+  // ... and ends with the cause's exit code (1), not the restart request's (75).
+  CHECK(d.exit_code == 1);
 }
 
 TEST_CASE("generations failing before any new commit end the job after K restarts", "[unit]") {
