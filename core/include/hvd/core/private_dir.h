@@ -27,8 +27,8 @@ inline std::string private_directory_problem(const std::string& path) {
   if (S_ISLNK(st.st_mode)) return "'" + path + "' is a symbolic link, not a directory";
   if (!S_ISDIR(st.st_mode)) return "'" + path + "' is not a directory";
   if (st.st_uid != ::geteuid()) {
-    return "'" + path + "' belongs to uid " + std::to_string(st.st_uid) + ", not to this job's uid " +
-           std::to_string(::geteuid());
+    return "'" + path + "' belongs to uid " + std::to_string(st.st_uid) +
+           ", not to this job's uid " + std::to_string(::geteuid());
   }
   const unsigned mode = st.st_mode & 07777;
   if (mode != 0700) {
