@@ -37,6 +37,7 @@ std::string describe_failure(const GenerationOutcome& o) {
   if (!host.empty()) who += " on host " + host;
   std::string what = code == 0 ? "exited 0 without completing" : describe_exit_code(code);
   if (code == kExitStalled) what = "no progress (--elastic-step-timeout)";
+  if (cause && code == kExitLaunch) what = "its wrapper ended before it reported an exit code";
   return who + ": " + what + (o.last_error.empty() ? "" : ": " + o.last_error);
 }
 

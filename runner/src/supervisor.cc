@@ -180,6 +180,13 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
     begin_stop();
   });
   h.on_close = life.guard([&](int rank, const std::string& host, bool exited) {
+    // A rank whose wrapper vanished without EXIT while a survivor's restart request stops the
+    // generation: mpirun's abort can kill the failed rank's wrapper before it reports, so that
+    // rank is the likeliest cause (its code unknown: kExitLaunch, "lost without a rank code").
+    if (!exited && cfg.elastic && first && !cause && first->code == kExitElasticRestart &&
+        stop_signal == 0 && rank != first->rank) {
+      cause = Failure{rank, host, kExitLaunch};
+    }
     if (!exited && !first && stop_signal == 0) {
       first = Failure{rank, host, kExitLaunch};
       write_line(2, "hvdrun: lost contact with rank " + std::to_string(rank) + " on host " + host +

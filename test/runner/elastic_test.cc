@@ -112,6 +112,14 @@ TEST_CASE("the failure after a restart request is quoted as its cause", "[unit]"
                                             "RuntimeError: out of memory"));
   // ... and ends with the cause's exit code (1), not the restart request's (75).
   CHECK(d.exit_code == 1);
+  // A cause whose wrapper vanished before it reported a code (mpirun's abort killed it).
+  JobProgress p2;
+  o.error_code = kExitLaunch;
+  const auto lost = decide_after_generation(o, p2, {-1, 0});
+  CHECK(lost.exit_code == kExitLaunch);
+  CHECK_THAT(lost.message,
+             hvd::test::Contains("the last failure: rank 1 on host b: its wrapper ended before it "
+                                 "reported an exit code: RuntimeError: out of memory"));
 }
 
 TEST_CASE("generations failing before any new commit end the job after K restarts", "[unit]") {

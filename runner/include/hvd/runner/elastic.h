@@ -31,7 +31,7 @@ struct GenerationOutcome {
   // cause: e.g. a Python exception whose rank's shutdown reached the others first).
   int error_rank = -1;         // -1: the failed rank's own
   std::string error_host{};    // the cause's host
-  int error_code = 0;          // the cause's exit code
+  int error_code = 0;          // the cause's exit code (kExitLaunch: its wrapper vanished first)
   std::string last_error{};    // the quoted rank's last line on stderr ("" when none was seen)
   int64_t last_commit = -1;    // the highest commit id any rank reported (BEAT; -1: none)
   bool hosts_changed = false;  // the ranks left for hvdrun's host change (HOSTS), not a failure
