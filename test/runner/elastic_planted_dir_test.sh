@@ -50,7 +50,7 @@ marker=$work/marker  # created only if the planted payload ever runs
 victim=$work/victim  # the job user's directory the link points to
 mkdir -m 0700 "$victim"
 echo "the job user's own file" >"$victim/keep"
-victim_before=$(cd "$victim" && ls -la --time-style=+%s && sha256sum keep)
+victim_before=$(cd "$victim" && stat -c "%A %U %s %.9Y %.9Z %h" . && ls -lA --time-style=+%s && sha256sum keep)
 
 # The ranks: the processes under hvdrun whose command line starts with the program.
 ranks() {
@@ -113,7 +113,9 @@ if [[ $MODE == dir ]]; then
   check "the planted directory is left as the second user made it" \
     test "$(stat -c %U "$state_dir/snapshot")" = "$other"
 else
-  check "the link's target is untouched" \
-    test "$(cd "$victim" && ls -la --time-style=+%s && sha256sum keep)" = "$victim_before"
+  victim_after=$(cd "$victim" && stat -c "%A %U %s %.9Y %.9Z %h" . && ls -lA --time-style=+%s && sha256sum keep)
+  check "the link's target is untouched" test "$victim_after" = "$victim_before"
+  [[ $victim_after == "$victim_before" ]] ||
+    printf -- '---- the target before\n%s\n---- after\n%s\n' "$victim_before" "$victim_after"
 fi
 check_exit "elastic_planted_dir_test $MODE" "$(cat "$work/out")" "$log"

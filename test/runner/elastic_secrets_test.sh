@@ -53,7 +53,8 @@ env_of() {
 hvdrun_pid=$!
 mpirun_pid='' program_pid='' state_dir=''
 for _ in $(seq 150); do
-  mpirun_pid=$(pgrep -P "$hvdrun_pid" -x mpirun | head -1)
+  # Open MPI 4's mpirun; Open MPI 5's mpirun runs as prterun.
+  mpirun_pid=$(pgrep -P "$hvdrun_pid" -x 'mpirun|prterun' | head -1)
   if [[ -n $mpirun_pid ]]; then
     for p in $(descendants "$mpirun_pid"); do
       if [[ $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) == "$JOB "* ]]; then
