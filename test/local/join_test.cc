@@ -148,5 +148,9 @@ TEST_CASE("alltoall, reducescatter and a broadcast from a joined root fail namin
   joins[0] = submit_join(c[0]);
   joins[1] = submit_join(c[1]);
   REQUIRE(run_until_done(c, joins));
-  for (auto& j : joins) REQUIRE(j.state()->result == 1);
+  // Ranks 0 and 1 join at about the same time, after rank 2: the later caller of the two (by
+  // time, which this test does not order) is every rank's result.
+  const int64_t last = joins[0].state()->result;
+  REQUIRE((last == 0 || last == 1));
+  for (auto& j : joins) REQUIRE(j.state()->result == last);
 }
