@@ -3,13 +3,13 @@
 #include "hvd/runner/state_dir.h"
 
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
+#include "hvd/core/disk_space.h"
 #include "hvd/runner/errors.h"
 #include "hvd/runner/local_system.h"
 
@@ -38,19 +38,7 @@ std::string state_base_problem(const std::string& dir) {
   return "";
 }
 
-std::string size_text(uint64_t bytes) {
-  if (bytes < 1024) return std::to_string(bytes) + " bytes";
-  const char* unit = "KiB";
-  double value = static_cast<double>(bytes) / 1024.0;
-  for (const char* next : {"MiB", "GiB", "TiB"}) {
-    if (value < 1024.0) break;
-    value /= 1024.0;
-    unit = next;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f %s", value, unit);
-  return buf;
-}
+std::string size_text(uint64_t bytes) { return core::size_text(bytes); }
 
 StateBase pick_state_base(const std::string& memory_problem, std::optional<uint64_t> memory_free) {
   const std::string rule = "/dev/shm is the default when it has at least " +
@@ -85,11 +73,7 @@ StateBase choose_state_base(const std::string& requested) {
   return pick_state_base(problem, problem.empty() ? free_bytes(kMemoryStateBase) : std::nullopt);
 }
 
-std::optional<uint64_t> free_bytes(const std::string& dir) {
-  struct statvfs vfs {};
-  if (::statvfs(dir.c_str(), &vfs) != 0) return std::nullopt;
-  return static_cast<uint64_t>(vfs.f_bavail) * static_cast<uint64_t>(vfs.f_frsize);
-}
+std::optional<uint64_t> free_bytes(const std::string& dir) { return core::free_bytes(dir); }
 
 std::string new_state_dir_name(const std::string& base) {
   return base + "/hvd-elastic-" + random_token();

@@ -9,7 +9,6 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +17,7 @@
 #include <memory>
 #include <sstream>
 
+#include "hvd/core/disk_space.h"
 #include "hvd/core/elastic_config.h"
 #include "hvd/core/private_dir.h"
 #include "hvd/optim/elastic_store.h"
@@ -85,34 +85,18 @@ Result<Mac> hmac(const SnapshotKey& key, std::string_view header, std::string_vi
   return out;
 }
 
-// "12.3 MiB" (binary units), for messages about sizes.
-std::string human_bytes(uint64_t n) {
-  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  size_t u = 0;
-  while (v >= 1024.0 && u + 1 < std::size(kUnits)) {
-    v /= 1024.0;
-    ++u;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
-  return text;
-}
-
 // A write of `bytes` to `path` in `dir` failed with `err`: what failed, the bytes, the free
 // space of the file system holding `dir` and how to give the job more room.
 Status write_failure(const std::string& dir, const std::string& path, const char* what, int err,
                      uint64_t bytes) {
   std::string free_space = "unknown free space";
-  struct statvfs fs {};
-  if (::statvfs(dir.c_str(), &fs) == 0) {
-    const uint64_t avail = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-    free_space = std::to_string(avail) + " bytes" +
-                 (avail >= 1024 ? " (" + human_bytes(avail) + ")" : std::string()) + " free";
+  if (const auto avail = core::free_bytes(dir)) {
+    free_space = std::to_string(*avail) + " bytes" +
+                 (*avail >= 1024 ? " (" + core::size_text(*avail) + ")" : std::string()) + " free";
   }
   return elastic_state_error(
       "hvd.elastic: cannot " + std::string(what) + " the snapshot '" + path + "' (" +
-      std::to_string(bytes) + " bytes, " + human_bytes(bytes) + "): " + std::strerror(err) +
+      std::to_string(bytes) + " bytes, " + core::size_text(bytes) + "): " + std::strerror(err) +
       "; the state directory '" + dir + "' has " + free_space +
       ". A commit needs room for two snapshots (the old one stays until the new one is whole): "
       "run the job again with hvdrun --elastic-state-dir DIR, DIR on a local file system with "
