@@ -261,8 +261,7 @@ def _restart_cannot_fix(error):
     failed backend, NotInitializedError after the runtime stopped) is worth a restart."""
     if isinstance(error, (_core.InvalidArgumentError, _core.MismatchError)):
         return True
-    state_error = getattr(exceptions, "ElasticStateError", None)
-    if state_error is not None and isinstance(error, state_error):
+    if isinstance(error, exceptions.ElasticStateError):
         return True
     if isinstance(error, (HorovodInternalError, HostsUpdatedInterrupt)):
         return False
@@ -275,13 +274,10 @@ def _end_job(error):
     it into the same error. Outside elastic mode: return (the error propagates)."""
     if state_dir() is None:
         return
-    traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
     rank = basics.rank() if basics.is_initialized() else -1
-    sys.stderr.write(f"hvd.elastic: rank {rank}: {type(error).__name__}: a restart cannot fix "
-                     f"this error; ending the job (exit {FATAL_EXIT_CODE})\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(FATAL_EXIT_CODE)
+    _print_and_exit(error, FATAL_EXIT_CODE,
+                    f"hvd.elastic: rank {rank}: {type(error).__name__}: a restart cannot fix "
+                    f"this error; ending the job (exit {FATAL_EXIT_CODE})\n")
 
 
 def _end_rank(error):
@@ -292,10 +288,17 @@ def _end_rank(error):
     gives up (--max-restarts-without-progress). Outside elastic mode: return."""
     if state_dir() is None:
         return
+    _print_and_exit(error, 1)
+
+
+def _print_and_exit(error, code, line=""):
+    """`error` with its traceback on stderr (as the interpreter prints it), then `line`, then
+    the end of this process with `code` at once (os._exit: no atexit, no hvd shutdown)."""
     traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+    sys.stderr.write(line)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(1)
+    os._exit(code)
 
 
 def _report_completion():
