@@ -197,7 +197,8 @@ void bind_registry(pybind11::module_& m) {
     frontend().py_wait = std::move(wait);
     frontend().py_defer = std::move(defer);
   });
-  // specs: [(name or None, key, slot, nbytes, description)]; settings: (op, compression name,
+  // specs: [(name or None, key, slot, nbytes, description, remembered wire name or None)];
+  // settings: (op, compression name,
   // backward_passes_per_step, predivide, process set id, sparse_as_dense).
   m.def("registry_add",
         [](int64_t owner, const std::string& label, const pyb::list& specs,
@@ -210,6 +211,7 @@ void bind_registry(pybind11::module_& m) {
             p.key = t[1].cast<uint64_t>();
             p.param = std::make_unique<PyGradParam>(pyb::reinterpret_borrow<pyb::object>(t[2]),
                                                     t[3].cast<size_t>(), t[4].cast<std::string>());
+            if (t.size() > 5 && !t[5].is_none()) p.wire = t[5].cast<std::string>();
             params.push_back(std::move(p));
           }
           Result<EntryList> r =

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -16,6 +18,44 @@ namespace hvd::optim {
 namespace {
 
 std::atomic<int> g_owners{0};
+
+/// The wire name each parameter had when it was last registered (while it lives), so that a
+/// parameter registered again after its optimizer is gone keeps its name: on a rank where the old
+/// optimizer is still alive it shares the old entry, and that name.
+class RememberedWires {
+ public:
+  /// Forgets the parameters that are gone.
+  void prune() {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = wires_.begin(); it != wires_.end();) {
+      it = it->second.first.expired() ? wires_.erase(it) : std::next(it);
+    }
+  }
+  /// The wire name `p` had, or "" (its address may be a gone parameter's: prune() first).
+  std::string get(const torch::Tensor& p) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = wires_.find(p.unsafeGetTensorImpl());
+    return it == wires_.end() ? std::string() : it->second.second;
+  }
+  void set(const torch::Tensor& p, const std::string& wire) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto value =
+        std::make_pair(c10::weak_intrusive_ptr<c10::TensorImpl>(p.getIntrusivePtr()), wire);
+    auto [it, added] = wires_.emplace(p.unsafeGetTensorImpl(), value);
+    if (!added) it->second = std::move(value);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<c10::TensorImpl*,
+                     std::pair<c10::weak_intrusive_ptr<c10::TensorImpl>, std::string>>
+      wires_;
+};
+
+RememberedWires& remembered_wires() {
+  static auto* w = new RememberedWires();  // never destroyed: optimizers may outlive statics
+  return *w;
+}
 
 std::string tensor_str(const torch::Tensor& t) {
   return std::string(c10::toString(t.scalar_type())) + shape_str(t.sizes().vec());
@@ -111,6 +151,8 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
     if (t.defined()) names.emplace(t.unsafeGetTensorImpl(), name);
   }
   std::vector<ParamSpec> specs;
+  std::vector<torch::Tensor> tensors;  // of specs
+  remembered_wires().prune();
   std::unordered_set<c10::TensorImpl*> seen;
   size_t index = 0;
   for (const auto& group : optimizer_.param_groups()) {
@@ -131,7 +173,9 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
       }
       specs.push_back({it == names.end() ? std::string() : it->second,
                        reinterpret_cast<uint64_t>(p.unsafeGetTensorImpl()),
-                       detail::make_torch_param(p, options.compression_)});
+                       detail::make_torch_param(p, options.compression_),
+                       remembered_wires().get(p)});
+      tensors.push_back(p);
     }
   }
   if (impl_->local) return;
@@ -140,6 +184,8 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
       detail::torch_registry().add(impl_->owner, label_, std::move(specs), settings, groups);
   throw_if_error(added.status());
   impl_->entries = std::move(added).value();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    remembered_wires().set(tensors[i], impl_->entries[i]->wire);
 }
 
 DistributedOptimizer::DistributedOptimizer(

@@ -5,6 +5,8 @@ hvd's style (each optimizer given the model's own named_parameters(), no renamin
 synchronize()), in Horovod's explicit style, and as plain PyTorch whose zero_grad() follows
 another optimizer's backward pass."""
 import copy
+import faulthandler
+import gc
 
 import pytest
 import torch
@@ -13,6 +15,8 @@ import torch.nn.functional as F
 
 import hvd.torch as hvd
 from hvd.torch import mpi_ops
+
+from conftest import DEADLINE
 
 N = 3
 STEPS = 3
@@ -204,3 +208,56 @@ def test_optimizers_sharing_a_parameter_can_be_created_and_dropped_repeatedly():
         sequential(model, make_opts(model, SHARED, hvd_style), shard(x))
         sequential(ref, make_opts(ref, SHARED, plain), x)
         assert_same(model, ref)
+
+
+def _train_within(seconds, model, opt, x, steps=3):
+    """`steps` SGD steps on this rank's shard; the run fails (every thread's traceback, exit) if
+    they do not finish within `seconds` (a stall on mismatched names would never end)."""
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        for _ in range(steps):
+            opt.zero_grad()
+            model(shard(x)).pow(2).mean().backward()
+            opt.step()
+    finally:
+        faulthandler.dump_traceback_later(DEADLINE, exit=True)  # the conftest deadline again
+
+
+def _assert_equal_on_every_rank(model):
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    every = hvd.allgather(flat.unsqueeze(0), name="test.equal_on_every_rank")
+    for r in range(hvd.size()):
+        assert torch.equal(every[r], flat), f"parameters of rank {r} differ from rank {hvd.rank()}"
+
+
+def _mlp_and_optimizer(model=None):
+    if model is None:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1)).double()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    return model, opt
+
+
+@pytest.mark.ranks(2, "an old optimizer kept alive on rank 0 only")
+def test_old_optimizer_alive_on_one_rank_only_changes_no_wire_name():
+    """A saved traceback or a logger keeps an old optimizer alive on rank 0 only: a new model with
+    the same parameter names, and a new optimizer over the same model, still train in step
+    (wire names come from the registration order, not from which optimizers are gone)."""
+    x = full_batch(7)
+    old = _mlp_and_optimizer()
+    _train_within(20, *old, x, steps=1)
+    kept = [old] if hvd.rank() == 0 else []
+    del old
+    gc.collect()  # gone everywhere but on rank 0
+    model, opt = _mlp_and_optimizer()  # the same names, new tensors
+    _train_within(20, model, opt, x)
+    _assert_equal_on_every_rank(model)
+    # A new optimizer over the same model, the previous one again alive on rank 0 only.
+    kept.append(opt)
+    del opt
+    gc.collect()
+    model, opt = _mlp_and_optimizer(model)
+    _train_within(20, model, opt, x)
+    _assert_equal_on_every_rank(model)
+    del kept

@@ -101,7 +101,7 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("registry: names colliding across owners get the first free suffix", "[unit]") {
+TEST_CASE("registry: names colliding across owners are numbered in registration order", "[unit]") {
   Fixture f;
   auto a = f.add(0, {{"main.0.weight", 1}, {"", 2}});
   auto b = f.add(1, {{"main.0.weight", 3}, {"", 4}});
@@ -112,9 +112,39 @@ TEST_CASE("registry: names colliding across owners get the first free suffix", "
   CHECK(b[1]->wire == "grad.param.1");
   CHECK(c[0] == a[0]);
   CHECK(a[0]->owners.size() == 2);
+  // Whether b is gone yet (garbage collection differs across ranks) must not change the names
+  // that come after: numbers are never given out twice.
   f.reg.remove(1, b);
   auto d = f.add(3, {{"main.0.weight", 5}});
-  CHECK(d[0]->wire == "grad.main.0.weight#2");  // free again
+  CHECK(d[0]->wire == "grad.main.0.weight#3");
+  // A name that looks like a number of another name gets the next number of its own.
+  auto e = f.add(4, {{"main.0.weight#3", 6}, {"x#2", 7}});
+  CHECK(e[0]->wire == "grad.main.0.weight#3#2");
+  CHECK(e[1]->wire == "grad.x#2");
+  auto g = f.add(5, {{"x", 8}, {"x", 8}, {"main.0.weight", 9}});
+  auto h = f.add(6, {{"x", 10}});
+  CHECK(g[0]->wire == "grad.x");
+  CHECK(g[1] == g[0]);
+  CHECK(g[2]->wire == "grad.main.0.weight#4");
+  CHECK(h[0]->wire == "grad.x#3");  // "x#2" is the other name's
+}
+
+TEST_CASE("registry: a tensor registered again keeps the wire name its frontend remembers",
+          "[unit]") {
+  Fixture f;
+  auto a = f.add(0, {{"w", 1}, {"", 2}});
+  f.reg.remove(0, a);  // on this rank the old optimizer is gone; elsewhere it may share the entry
+  std::vector<ParamSpec> again;
+  again.push_back({"w", 1, std::make_unique<Scalar>(), "grad.w"});
+  again.push_back({"", 2, std::make_unique<Scalar>(), "grad.param.0"});
+  again.push_back({"", 3, std::make_unique<Scalar>()});
+  auto r = f.reg.add(1, "opt1", std::move(again), {}, {});
+  REQUIRE(r.ok());
+  CHECK(r.value()[0]->wire == "grad.w");
+  CHECK(r.value()[1]->wire == "grad.param.0");
+  CHECK(r.value()[2]->wire == "grad.param.1");  // the automatic count did not move for [1]
+  auto other = f.add(2, {{"w", 4}});
+  CHECK(other[0]->wire == "grad.w#2");
 }
 
 TEST_CASE("registry: one name for two tensors of one owner, and differing settings, fail",

@@ -32,13 +32,25 @@ bool GradRegistry::has_live_name(const std::string& name) const {
   return by_wire_.count("grad." + name) > 0;
 }
 
-std::string GradRegistry::free_wire_name(const std::string& name) const {
+std::string GradRegistry::new_wire_name(const ParamSpec& p, const std::string& name) {
+  if (!p.wire.empty() && !by_wire_.count(p.wire)) return p.wire;
   const std::string base = "grad." + name;
-  if (!by_wire_.count(base)) return base;
-  for (int k = 2;; ++k) {
-    std::string w = base + "#" + std::to_string(k);
-    if (!by_wire_.count(w)) return w;
+  for (;;) {
+    const uint64_t n = ++wire_numbers_[base];
+    std::string w = n == 1 ? base : base + "#" + std::to_string(n);
+    if (!issued_to_another(w, base) && !by_wire_.count(w)) return w;
   }
+}
+
+bool GradRegistry::issued_to_another(const std::string& w, const std::string& base) const {
+  if (w != base) return wire_numbers_.count(w) > 0;  // "<base>#n" taken as a name of its own
+  // "x#n" as a name of its own: taken when name "x" reached its number n.
+  const size_t hash = w.rfind('#');
+  if (hash == std::string::npos || hash + 1 == w.size() || w[hash + 1] == '0') return false;
+  if (w.find_first_not_of("0123456789", hash + 1) != std::string::npos) return false;
+  if (w.size() - hash > 19) return false;  // more than any count reaches
+  auto it = wire_numbers_.find(w.substr(0, hash));
+  return it != wire_numbers_.end() && it->second >= std::stoull(w.substr(hash + 1));
 }
 
 Status GradRegistry::validate(const std::string& label, const std::vector<ParamSpec>& params,
@@ -111,8 +123,14 @@ Result<EntryList> GradRegistry::add(int64_t owner, const std::string& label,
       e = std::make_shared<GradEntry>();
       e->key = p.key;
       e->param = std::move(p.param);
-      e->name = p.name.empty() ? "param." + std::to_string(auto_names_++) : p.name;
-      e->wire = free_wire_name(e->name);
+      if (!p.name.empty()) {
+        e->name = p.name;
+      } else if (!p.wire.empty() && !by_wire_.count(p.wire)) {
+        e->name = p.wire.substr(5);  // registered before: its automatic name again
+      } else {
+        e->name = "param." + std::to_string(auto_names_++);
+      }
+      e->wire = new_wire_name(p, e->name);
       e->settings = settings;
       e->param->attach(e);
       by_key_[e->key] = e;

@@ -17,6 +17,7 @@ extension ever linking torch:
   does, so the runtime fuses a pass's gradients into few rounds).
 """
 import gc
+import weakref
 
 import torch
 
@@ -159,6 +160,12 @@ def compression_key(compression):
         f"{id(compression):x}"
 
 
+# id(param) -> (weak reference, wire name): the wire name a parameter had when it was last
+# registered, so that registering it again after its optimizer is gone keeps that name (on a rank
+# where the old optimizer is still alive, the parameter shares the old entry and its name).
+_wires = {}
+
+
 def add(owner, label, specs, settings, groups, sparse=False):
     """Registers `specs` [(name or None, param)] for `owner`; returns the registry's entries.
     `sparse`: the optimizer takes sparse gradients only (SparseAdam). Raises ValueError (naming
@@ -167,13 +174,25 @@ def add(owner, label, specs, settings, groups, sparse=False):
         if not p.is_leaf:
             raise ValueError(f"DistributedOptimizer '{label}': parameter '{name}' "
                              f"({p.dtype}{list(p.shape)}) is not a leaf tensor")
-    # Optimizers that are unreachable but not yet collected still hold their names: collect them
-    # first, so that every rank sees the same live names.
-    if any(name is not None and _core.registry_has_live_name(name) for name, _ in specs):
+    for key in [k for k, (ref, _) in _wires.items() if ref() is None]:
+        del _wires[key]
+    # A parameter registered before may still be held by an optimizer that is unreachable but not
+    # yet collected (on some ranks only): collect it first, so that whether the parameter is
+    # shared (and must be reduced the same way) is the same on every rank.
+    if any(_remembered_wire(p) is not None for _, p in specs):
         gc.collect()
     wire = (settings.op, compression_key(settings.compression), settings.bpps, settings.predivide,
             _set_id(settings.process_set),
             settings.sparse_as_dense)
     items = [(name, id(p), _Slot(p, settings, sparse), p.numel() * p.element_size(),
-              f"{p.dtype}{list(p.shape)} at {hex(id(p))}") for name, p in specs]
-    return _core.registry_add(owner, label, items, wire, groups)
+              f"{p.dtype}{list(p.shape)} at {hex(id(p))}", _remembered_wire(p))
+             for name, p in specs]
+    entries = _core.registry_add(owner, label, items, wire, groups)
+    for (_, p), w in zip(specs, entries.wires):
+        _wires[id(p)] = (weakref.ref(p), w)
+    return entries
+
+
+def _remembered_wire(p):
+    ref, w = _wires.get(id(p), (None, None))
+    return w if ref is not None and ref() is p else None

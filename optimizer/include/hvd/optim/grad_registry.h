@@ -26,11 +26,14 @@
 // contribute zeros under the same name, so every rank submits the same names and nobody hangs.
 //
 // Names on the wire: "grad.<name>", the first name given for the tensor (or "param.<n>" in
-// registration order). A name already used on the wire by another live tensor (two models whose
-// parameters are both "main.0.weight", a new model built while an old one is alive) gets the
-// first free suffix "#2", "#3", ...: identical on every rank because every rank registers the
-// same tensors in the same order. Two different tensors under one name inside one optimizer
-// are an error.
+// registration order). Each registration of a new tensor under a name takes that name's next
+// number, never given out again: the first "grad.<name>", then "#2", "#3", ... (two models whose
+// parameters are both "main.0.weight", a new model built after an old one). The numbers depend
+// only on the order of registrations, which every rank repeats, never on when an old optimizer
+// is destroyed (garbage collection differs across ranks). A tensor registered again after its
+// entry was removed keeps its wire name when the frontend remembers it (ParamSpec::wire): on a
+// rank where the old optimizer is still alive it shares the old entry and that name. Two
+// different tensors under one name inside one optimizer are an error.
 #pragma once
 
 #include <atomic>
@@ -43,6 +46,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "hvd/core/status.h"
@@ -145,9 +149,15 @@ using EntryList = std::vector<std::shared_ptr<GradEntry>>;
 
 /// A parameter as an optimizer hands it over; empty name = automatic.
 struct ParamSpec {
+  ParamSpec() = default;
+  ParamSpec(std::string n, uint64_t k, std::unique_ptr<GradParam> p, std::string w = {})
+      : name(std::move(n)), key(k), param(std::move(p)), wire(std::move(w)) {}
   std::string name;
   uint64_t key = 0;                  ///< the tensor's identity
   std::unique_ptr<GradParam> param;  ///< taken when the entry is new
+  /// The wire name this same tensor (still alive since) had in an earlier registration, when the
+  /// frontend remembers it; empty: none.
+  std::string wire;
 };
 
 class GradRegistry {
@@ -195,7 +205,10 @@ class GradRegistry {
   Status validate(const std::string& label, const std::vector<ParamSpec>& params,
                   const ReduceSettings& settings,
                   const std::vector<std::vector<size_t>>& groups) const;
-  std::string free_wire_name(const std::string& name) const;
+  /// The wire name of a new entry for `p` (named `name`): p.wire, or the name's next number.
+  std::string new_wire_name(const ParamSpec& p, const std::string& name);
+  /// True when `w` was given out as the wire name of a name other than `base`.
+  bool issued_to_another(const std::string& w, const std::string& base) const;
   void start_round(GradEntry& e);
   void set_aside(GradEntry& e);
   Status queue(const EntryList& entries, const std::string& group_name);
@@ -214,6 +227,7 @@ class GradRegistry {
   std::unordered_map<uint64_t, std::shared_ptr<GradEntry>> by_key_;
   std::unordered_map<std::string, std::shared_ptr<GradEntry>> by_wire_;
   uint64_t auto_names_ = 0;
+  std::unordered_map<std::string, uint64_t> wire_numbers_;  ///< "grad.<name>" -> numbers taken
   std::vector<std::pair<EntryList, std::string>> queued_;
   size_t queued_bytes_ = 0;
   bool end_of_pass_queued_ = false;
