@@ -22,13 +22,38 @@ bool run_until_done(Cluster& c, const std::vector<Handle>& hs) {
   return false;
 }
 
+/// A stall clock that moves only when the test moves it: join()'s "last caller" is decided by
+/// it, so a test orders the calls exactly.
+struct TestClock {
+  std::shared_ptr<std::atomic<int64_t>> ms = std::make_shared<std::atomic<int64_t>>(0);
+  core::StallClock fn() const {
+    return [m = ms] {
+      return std::chrono::steady_clock::time_point{} + std::chrono::hours(1) +
+             std::chrono::milliseconds(m->load());
+    };
+  }
+  void advance() { *ms += 1000; }
+};
+
+/// Submits join() on `first` (one round, so rank 0 has them), then a second later by the test
+/// clock on `last`, and steps until every join in `joins` completed.
+bool join_in_order(Cluster& c, TestClock& clock, std::vector<Handle>& joins,
+                   const std::vector<int>& first, int last) {
+  for (int r : first) joins[static_cast<size_t>(r)] = submit_join(c[r]);
+  if (!c.step_all()) return false;
+  clock.advance();
+  joins[static_cast<size_t>(last)] = submit_join(c[last]);
+  return run_until_done(c, joins);
+}
+
 }  // namespace
 
 TEST_CASE("join with 1..N-1 ranks joined early: allreduce, allgather, broadcast", "[local]") {
   const int n = 4;
   for (int k = 1; k < n; ++k) {
     const int active = n - k;  // ranks 0 .. active-1 keep working, the others joined
-    Cluster c(n);
+    TestClock clock;
+    Cluster c(n, Config{}, false, nullptr, clock.fn());
     std::vector<Handle> joins(n);
     for (int r = active; r < n; ++r) joins[static_cast<size_t>(r)] = submit_join(c[r]);
     for (int it = 0; it < 2; ++it) {  // repeated: the cache must not bypass the joined ranks
@@ -73,13 +98,14 @@ TEST_CASE("join with 1..N-1 ranks joined early: allreduce, allgather, broadcast"
       }
       for (int r = active; r < n; ++r) REQUIRE_FALSE(joins[static_cast<size_t>(r)].poll());
     }
-    // The active ranks join in one round: the last of them to call join() (by time, which this
-    // test does not order) is every rank's result, one of the active ranks.
-    for (int r = 0; r < active; ++r) joins[static_cast<size_t>(r)] = submit_join(c[r]);
-    REQUIRE(run_until_done(c, joins));
-    const int64_t last = joins[0].state()->result;
-    REQUIRE(last >= 0);
-    REQUIRE(last < active);
+    // The active ranks join, `last` a second after the others (the test clock): it is every
+    // rank's result, whichever rank it is (rank 0 for k 1 and 3, not the highest active rank).
+    const int last = (k - 1) % active;
+    std::vector<int> first;
+    for (int r = 0; r < active; ++r) {
+      if (r != last) first.push_back(r);
+    }
+    REQUIRE(join_in_order(c, clock, joins, first, last));
     for (int r = 0; r < n; ++r) {
       REQUIRE(joins[static_cast<size_t>(r)].wait_status().ok());
       REQUIRE(joins[static_cast<size_t>(r)].state()->result == last);
@@ -110,7 +136,8 @@ TEST_CASE("join returns the rank that joined last, not the highest", "[local]") 
 
 TEST_CASE("alltoall, reducescatter and a broadcast from a joined root fail naming the ranks",
           "[local]") {
-  Cluster c(3);
+  TestClock clock;
+  Cluster c(3, Config{}, false, nullptr, clock.fn());
   std::vector<Handle> joins(3);
   joins[2] = submit_join(c[2]);
   std::vector<Tensor<float>> a, s, b;
@@ -145,12 +172,7 @@ TEST_CASE("alltoall, reducescatter and a broadcast from a joined root fail namin
                  Contains("broadcast 'j.bc': root rank 2 has joined and has no tensor to send"));
   }
   REQUIRE_FALSE(joins[2].poll());  // the joined rank is untouched by the others' failures
-  joins[0] = submit_join(c[0]);
-  joins[1] = submit_join(c[1]);
-  REQUIRE(run_until_done(c, joins));
-  // Ranks 0 and 1 join at about the same time, after rank 2: the later caller of the two (by
-  // time, which this test does not order) is every rank's result.
-  const int64_t last = joins[0].state()->result;
-  REQUIRE((last == 0 || last == 1));
-  for (auto& j : joins) REQUIRE(j.state()->result == last);
+  // Rank 1 joins, then rank 0 a second later by the test clock: rank 0 is every rank's result.
+  REQUIRE(join_in_order(c, clock, joins, {1}, 0));
+  for (auto& j : joins) REQUIRE(j.state()->result == 0);
 }
