@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """[python] Errors: ranks that disagree get a HorovodInternalError on every rank naming the
 tensor and the ranks, and the job goes on; local mistakes raise at once."""
+import faulthandler
 import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -272,3 +274,48 @@ print("ok")
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stdout + res.stderr
+
+
+@pytest.fixture
+def hard_deadline():
+    """A rank still waiting after 20 s ends the run (every thread's stack) instead of hanging."""
+    faulthandler.dump_traceback_later(20, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def _sparse():
+    return torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 2.0]), (4,))
+
+
+SPARSE_MISTAKES = {
+    "bad op": (lambda n: hvd.sparse_allreduce_async(_sparse(), n, hvd.Max), "op=Sum or Average"),
+    "dense tensor": (lambda n: hvd.sparse_allreduce_async(torch.ones(4), n, hvd.Sum),
+                     "takes a sparse COO tensor"),
+}
+
+
+@pytest.mark.parametrize("case", list(SPARSE_MISTAKES))
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
+def test_sparse_allreduce_mistake_on_one_rank_fails_every_rank_within_2s(hard_deadline, case,
+                                                                          named):
+    wrong, match = SPARSE_MISTAKES[case]
+    name = f"err.sparse.{case}" if named else None
+    last = N - 1
+    start = time.monotonic()
+    if R == last:
+        with pytest.raises(ValueError, match=match):
+            wrong(name)
+    else:
+        with pytest.raises(hvd.HorovodInternalError) as e:
+            hvd.sparse_allreduce_async(_sparse(), name, hvd.Sum)()
+        assert f"refused on rank {last}" in str(e.value) and match in str(e.value), str(e.value)
+    elapsed = time.monotonic() - start
+    took = hvd.allgather(torch.tensor([elapsed]))
+    print(f"[sparse_allreduce_async {case}{'' if named else ', unnamed'}] np {N}: every rank "
+          f"failed within {float(took.max()) * 1000:.1f} ms")
+    assert elapsed < 2.0, f"rank {R} took {elapsed:.2f} s to fail"
+    the_job_goes_on()
+    # The automatic names stayed in step: an unnamed sparse allreduce works on every rank.
+    out = hvd.sparse_allreduce_async(_sparse(), None, hvd.Sum)().to_dense()
+    assert out.tolist() == [N * 1.0, 0.0, N * 2.0, 0.0]

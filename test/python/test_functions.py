@@ -2,6 +2,9 @@
 """[python] hvd.torch's broadcast_parameters, broadcast_optimizer_state, broadcast_object and
 allgather_object: every rank ends with what the root rank had, which each rank recomputes
 itself (rank-dependent seeds, learning rates and numbers of steps)."""
+import faulthandler
+import time
+
 import pytest
 import torch
 import torch.nn as nn
@@ -208,3 +211,31 @@ def test_allgather_object():
         assert_obj(o, r)
     assert hvd.allgather_object(None, name="nothing") == [None] * hvd.size()
 
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        raise TypeError("this object refuses to be pickled")
+
+
+@pytest.mark.parametrize("root", sorted({0, hvd.size() - 1}))
+@pytest.mark.parametrize("name", ["fn.unpicklable", None])
+def test_broadcast_object_the_root_cannot_pickle_fails_every_rank_within_2s(root, name):
+    faulthandler.dump_traceback_later(20, exit=True)  # a rank left waiting ends the run
+    start = time.monotonic()
+    if hvd.rank() == root:
+        with pytest.raises(TypeError, match="refuses to be pickled"):
+            hvd.broadcast_object(_Unpicklable(), root_rank=root, name=name)
+    else:
+        with pytest.raises(hvd.HorovodInternalError) as e:
+            hvd.broadcast_object(None, root_rank=root, name=name)
+        msg = str(e.value)
+        assert f"refused on rank {root}" in msg and "could not pickle" in msg, msg
+        assert "refuses to be pickled" in msg, msg
+    elapsed = time.monotonic() - start
+    took = hvd.allgather(torch.tensor([elapsed]))
+    print(f"[broadcast_object unpicklable, root {root}] np {hvd.size()}: every rank failed "
+          f"within {float(took.max()) * 1000:.1f} ms")
+    assert elapsed < 2.0, f"rank {hvd.rank()} took {elapsed:.2f} s to fail"
+    faulthandler.cancel_dump_traceback_later()
+    assert hvd.broadcast_object({"ok": root}, root_rank=root, name=name) == {"ok": root}

@@ -18,7 +18,7 @@ from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, global_p
 from hvd.common.handles import (  # noqa: F401
     Finish, barrier, join, poll, reduce_op, reducescatter_op, split_counts, synchronize)
 from hvd.common.exceptions import HorovodInternalError
-from hvd.common.refusal import refusing
+from hvd.common.refusal import MISTAKES, refusing
 from hvd.torch.compression import Compression
 
 _DTYPES = {
@@ -259,9 +259,26 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Allreduce of a sparse COO tensor as Horovod does it: the indices and values of every
     rank are allgathered and summed (divided by the set size for Average) on coalescing.
     Returns a handle; ``synchronize(handle)`` or ``handle()`` gives the sparse result."""
-    op = basics.check_op(op)
-    if op not in (Sum, Average):
-        raise ValueError("sparse_allreduce_async supports op=Sum or Average")
+    try:
+        op = basics.check_op(op)
+        if op not in (Sum, Average):
+            raise ValueError("sparse_allreduce_async supports op=Sum or Average")
+        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
+            raise ValueError("sparse_allreduce_async takes a sparse COO tensor, got "
+                             + (f"a {tensor.layout} {tensor.dtype}{list(tensor.shape)} tensor"
+                                if isinstance(tensor, torch.Tensor) else type(tensor).__name__)
+                             + " (use allreduce for dense tensors)")
+    except MISTAKES as e:
+        # Both allgathers this call makes are refused, so that every rank's call fails with
+        # this rank's mistake and the automatic names stay in step.
+        for part in ("indices", "values"):
+            try:
+                _core.refuse_call("allgather", "" if name is None else f"{name}.{part}", 0,
+                                  f"sparse_allreduce_async: {type(e).__name__}: {e}",
+                                  _set_id(process_set))
+            except Exception:  # noqa: BLE001 - the refusal itself; `e` is raised below
+                pass
+        raise
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
     indices = t._indices().t().contiguous()  # [nnz, ndim]: rows are gathered
     values = t._values().contiguous()
