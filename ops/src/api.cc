@@ -222,8 +222,9 @@ Status init_locked(Global& s) {
   auto should_abort = [mon]() { return mon ? mon->failure() : Status::OK(); };
   core::RuntimeParts parts;
   parts.transport = std::make_unique<ops::MpiTransport>(s.negotiation, should_abort);
-  parts.host_executor = std::make_unique<ops::MpiExecutor>(s.data);
-  ops::add_device_executor(&parts, s.data, cfg.value(), t.local_rank);
+  parts.host_executor =
+      std::make_unique<ops::MpiExecutor>(s.data, ops::MpiExecutor::kBufferQuiet, should_abort);
+  ops::add_device_executor(&parts, s.data, cfg.value(), t.local_rank, should_abort);
   parts.make_process_set = [parent = s.data, world_rank = t.rank, local_rank = t.local_rank,
                             multiple = t.threads_multiple, should_abort,
                             cfg = cfg.value()](int32_t id, const std::vector<int32_t>& ranks,

@@ -46,9 +46,10 @@ Status make_process_set_parts(MPI_Comm parent, int world_rank, int local_rank,
   MPI_Comm_set_errhandler(comms->negotiation, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(comms->data, MPI_ERRORS_RETURN);
   out->process_set = id;
-  out->transport = std::make_unique<ops::MpiTransport>(comms->negotiation, std::move(should_abort));
-  out->host_executor = std::make_unique<ops::MpiExecutor>(comms->data);
-  ops::add_device_executor(out, comms->data, cfg, local_rank);
+  out->transport = std::make_unique<ops::MpiTransport>(comms->negotiation, should_abort);
+  out->host_executor =
+      std::make_unique<ops::MpiExecutor>(comms->data, ops::MpiExecutor::kBufferQuiet, should_abort);
+  ops::add_device_executor(out, comms->data, cfg, local_rank, should_abort);
   out->resources = comms;
   return Status::OK();
 }

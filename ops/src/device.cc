@@ -11,7 +11,7 @@
 namespace hvd::ops {
 
 void add_device_executor(core::RuntimeParts* parts, MPI_Comm data, const core::Config& config,
-                         int local_rank) {
+                         int local_rank, std::function<Status()> should_abort) {
   parts->device_executor.reset();
   const GpuModuleState& m = gpu_module();
   if (m.api == nullptr) {
@@ -29,6 +29,7 @@ void add_device_executor(core::RuntimeParts* parts, MPI_Comm data, const core::C
   nccl::NcclOptions opts;
   opts.hierarchical_allreduce = config.hierarchical_allreduce;
   opts.default_device = local_rank % count.value();
+  opts.should_abort = std::move(should_abort);
   parts->device_executor = m.api->make_executor(data, opts);
   parts->no_device_reason.clear();
 }

@@ -59,33 +59,29 @@ Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEn
     return static_cast<uint8_t*>(entries[p.tensor]->output.data) + p.offset * es;
   };
   const int right = (rank_ + 1) % n, left = (rank_ + n - 1) % n;
-  std::vector<MPI_Request> reqs;
 
   // One step: receive chunk `rc` from the left (direct pieces into `direct_to(piece)`, the pack
-  // into staged at its offset), send chunk `sc` to the right from the tensors.
+  // into staged at its offset), send chunk `sc` to the right from the tensors. The step waits
+  // by polling, so a dead peer (should_abort_) ends it; an early return settles what is
+  // outstanding (RequestBatch: receives cancelled, sends never).
   auto step = [&](const RingChunk& rc, const RingChunk& sc, int tag, bool direct_in_place) {
-    reqs.clear();
-    reqs.reserve(rc.pieces.size() + sc.pieces.size() + 2);  // no reallocation while posted
-    SettleRequests settle(&reqs);  // an early error return leaves nothing outstanding
+    RequestBatch batch(rc.pieces.size() + sc.pieces.size() + 2, &should_abort_);
     for (size_t k = 0; k < rc.pieces.size(); ++k) {
       if (!rc.direct[k]) continue;
       void* dst = direct_in_place ? at(rc.pieces[k]) : staged + rc.staged_offset[k] * es;
-      reqs.push_back(MPI_REQUEST_NULL);
       HVD_MPI_CHECK(MPI_Irecv(dst, static_cast<int>(rc.pieces[k].count), type, left, tag, comm_,
-                              &reqs.back()));
+                              batch.add_recv()));
     }
     if (rc.packed_elems) {
-      reqs.push_back(MPI_REQUEST_NULL);
       HVD_MPI_CHECK(MPI_Irecv(staged + (rc.elems - rc.packed_elems) * es,
                               static_cast<int>(rc.packed_elems), type, left, tag, comm_,
-                              &reqs.back()));
+                              batch.add_recv()));
     }
     for (size_t k = 0; k < sc.pieces.size(); ++k) {
       if (!sc.direct[k]) continue;
       const RingPiece& p = sc.pieces[k];
-      reqs.push_back(MPI_REQUEST_NULL);
-      HVD_MPI_CHECK(
-          MPI_Isend(at(p), static_cast<int>(p.count), type, right, tag, comm_, &reqs.back()));
+      HVD_MPI_CHECK(MPI_Isend(at(p), static_cast<int>(p.count), type, right, tag, comm_,
+                              batch.add_send(right)));
     }
     if (sc.packed_elems) {  // the small pieces, packed in order, as one message after them
       const int64_t pack_base = sc.elems - sc.packed_elems;
@@ -97,12 +93,10 @@ Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEn
                       static_cast<size_t>(sc.pieces[k].count) * es);
         }
       }
-      reqs.push_back(MPI_REQUEST_NULL);
       HVD_MPI_CHECK(MPI_Isend(packed, static_cast<int>(sc.packed_elems), type, right, tag, comm_,
-                              &reqs.back()));
+                              batch.add_send(right)));
     }
-    HVD_MPI_CHECK(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
-    return Status::OK();
+    return batch.wait();
   };
 
   // A sum's last reduction also divides for an Average: one pass over this rank's chunk.

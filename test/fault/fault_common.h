@@ -41,9 +41,12 @@ inline void kill_self_after(int delay_ms, const std::string& stamp) {
 }
 
 // Runs `step` until it throws (the victim's death) on every rank but `victim`, which dies in
-// it after a seeded random delay. Returns the process exit code.
+// it after a seeded random delay. `after` (optional) runs on each survivor once its call
+// failed, before shutdown(): a non-empty answer fails the test with it. Returns the process
+// exit code.
 inline int run(const char* mode, const std::function<void(int iteration)>& step,
-               const std::string& stamp, int min_ms = 100, int max_ms = 400) {
+               const std::string& stamp, int min_ms = 100, int max_ms = 400,
+               const std::function<std::string()>& after = {}) {
   const int r = hvd::rank(), n = hvd::size(), victim = n - 1;
   const unsigned seed = static_cast<unsigned>(std::random_device{}());
   std::mt19937 rng(seed);
@@ -69,17 +72,20 @@ inline int run(const char* mode, const std::function<void(int iteration)>& step,
     if (!(f >> died_at)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const double detect_ms = (failed_at - died_at) * 1000.0;
+  const std::string after_error = after ? after() : "";
   const auto t0 = std::chrono::steady_clock::now();
   hvd::shutdown();
   const double shutdown_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const std::string want = "rank " + std::to_string(victim) + " (pid ";
   const bool named = error.find(want) != std::string::npos;
-  const bool ok = named && died_at > 0 && detect_ms < 5000 && shutdown_ms < 1000;
+  const bool ok =
+      named && died_at > 0 && detect_ms < 5000 && shutdown_ms < 1000 && after_error.empty();
   std::printf(
       "FAULT-TEST %s (rank %d, %s): %d iterations, failed %.1f ms after the death, shutdown %.1f "
-      "ms: %s\n",
-      ok ? "PASS" : "FAIL", r, mode, iterations, detect_ms, shutdown_ms, error.c_str());
+      "ms%s%s: %s\n",
+      ok ? "PASS" : "FAIL", r, mode, iterations, detect_ms, shutdown_ms,
+      after_error.empty() ? "" : "; ", after_error.c_str(), error.c_str());
   std::fflush(stdout);
   return ok ? 0 : 1;
 }

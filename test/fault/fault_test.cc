@@ -3,9 +3,15 @@
 //   fused        batches of 32 x 64 KiB allreduces, fused into one buffer
 //   negotiation  batches of 256 tiny allreduces with fresh names (every round a full round)
 //   grouped      grouped allreduces of 16 x 64 KiB
+//   ring         as fused (the ring allreduce), and then every survivor's background thread
+//                must have left the ring (its buffers released) within 1 s of the failure:
+//                the ring polls for the abort instead of blocking in MPI_Waitall
 // Every survivor's pending call must fail naming the dead rank within 5 s, and shutdown() must
 // take under 1 s. Argument 2: the file through which the victim tells the time of its death.
+#include <chrono>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fault_common.h"
@@ -16,7 +22,34 @@ int main(int argc, char** argv) {
   hvd::init();
   std::vector<std::vector<float>> bufs(256, std::vector<float>(16384, 1.0f));
   std::function<void(int)> step;
-  if (mode == "fused") {
+  std::vector<hvd::Handle> last;  // ring: the handles of the step that failed
+  std::function<std::string()> after;
+  if (mode == "ring") {
+    step = [&](int) {
+      last.clear();
+      for (int i = 0; i < 32; ++i) {
+        hvd::TensorView v(bufs[static_cast<size_t>(i)].data(), hvd::DataType::kFloat32, {16384});
+        last.push_back(hvd::allreduce_async(v, "ring." + std::to_string(i), hvd::ReduceOp::kSum));
+      }
+      for (auto& h : last) h.wait();
+    };
+    after = [&]() -> std::string {
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto limit = std::chrono::seconds(1);
+      for (;;) {
+        bool all = true;
+        for (auto& h : last) all = all && h.released();
+        const auto waited = std::chrono::steady_clock::now() - t0;
+        if (all) {
+          std::printf("FAULT-TEST ring (rank %d): buffers released %.1f ms after the failure\n",
+                      hvd::rank(), std::chrono::duration<double, std::milli>(waited).count());
+          return "";
+        }
+        if (waited > limit) return "the ring still holds the buffers 1 s after the failure";
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    };
+  } else if (mode == "fused") {
     step = [&](int) {
       std::vector<hvd::Handle> hs;
       for (int i = 0; i < 32; ++i) {
@@ -48,5 +81,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
     return 2;
   }
-  return hvd::fault::run(mode.c_str(), step, stamp);
+  return hvd::fault::run(mode.c_str(), step, stamp, 100, 400, after);
 }

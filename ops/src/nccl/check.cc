@@ -2,6 +2,9 @@
 // CUDA/NCCL error statuses and the device probe.
 #include "hvd/ops/nccl/check.h"
 
+#include <chrono>
+#include <thread>
+
 namespace hvd::ops::nccl {
 namespace {
 
@@ -25,6 +28,20 @@ Status nccl_error(ncclResult_t code, const char* call, const char* file, int lin
   const char* last = ncclGetLastError(nullptr);
   if (last && *last) msg += std::string(" (") + last + ")";
   return internal_error(msg + " at " + file + ":" + std::to_string(line));
+}
+
+Status nccl_settle(ncclComm_t comm, ncclResult_t code, const char* call, const char* file,
+                   int line) {
+  while (code == ncclInProgress) {
+    // Connection set-up of a first collective, typically: short. A failure ends it with an
+    // error (which the caller's response reports), an abort of `comm` too.
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+    code = rc != ncclSuccess ? rc : state;
+  }
+  if (code == ncclSuccess) return Status::OK();
+  return nccl_error(code, call, file, line);
 }
 
 Result<int> usable_device_count() {

@@ -21,26 +21,6 @@ size_t grown_size(size_t want, size_t have) {
   return (n + kGrain - 1) / kGrain * kGrain;
 }
 
-// Collective over `mpi`: rank 0 makes the id and broadcasts it with a success flag, so a failed
-// ncclGetUniqueId fails every rank instead of leaving them waiting.
-Status init_comm(MPI_Comm mpi, int device, ncclComm_t* out) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(mpi, &rank);
-  MPI_Comm_size(mpi, &size);
-  struct {
-    int ok;
-    ncclUniqueId id;
-  } msg{};
-  if (rank == 0) msg.ok = ncclGetUniqueId(&msg.id) == ncclSuccess ? 1 : 0;
-  HVD_MPI_CHECK(MPI_Bcast(&msg, sizeof(msg), MPI_BYTE, 0, mpi));
-  if (!msg.ok) return internal_error("ncclGetUniqueId failed on rank 0 of the process set");
-  HVD_CUDA_CHECK(cudaSetDevice(device));
-  ncclComm_t c = nullptr;  // *out stays null unless this succeeds
-  HVD_NCCL_CHECK(ncclCommInitRank(&c, size, msg.id, rank));
-  *out = c;
-  return Status::OK();
-}
-
 }  // namespace
 
 DeviceBuffer::~DeviceBuffer() {
@@ -212,8 +192,8 @@ DeviceState::~DeviceState() {
   if (stream) cudaStreamSynchronize(stream);
   {
     std::lock_guard<std::mutex> lk(health->mu);
-    if (comm) ncclCommDestroy(comm);
-    if (local) ncclCommDestroy(local);
+    destroy_comm(comm);
+    destroy_comm(local);
     health->comm = health->local = nullptr;
   }
   for (cudaEvent_t e : input_events) cudaEventDestroy(e);
@@ -229,20 +209,6 @@ DeviceState::~DeviceState() {
   }
 }
 
-Status DeviceState::ensure_comm() {
-  if (!broken.ok()) return broken;
-  if (comm) return Status::OK();
-  Status s = init_comm(mpi, device, &comm);
-  if (!s.ok()) {
-    comm = nullptr;
-    abort(s);
-    return s;
-  }
-  std::lock_guard<std::mutex> lk(health->mu);
-  health->comm = comm;
-  return s;
-}
-
 Status DeviceState::ensure_hierarchical(bool force) {
   if (!broken.ok()) return broken;
   if (hier_setup) return Status::OK();
@@ -250,6 +216,10 @@ Status DeviceState::ensure_hierarchical(bool force) {
   // Any failure here breaks the device: a rank that went on flat while its peers run the
   // hierarchical plan would call NCCL out of step with them.
   Status s = setup_hierarchical(force);
+  // Agreed set-wide: node-local communicators are agreed per node only, and a node that went
+  // flat while the others run the hierarchical plan would call NCCL out of step with them.
+  s = agree_status(mpi, s, "setting up the hierarchical allreduce",
+                   spec.should_abort ? *spec.should_abort : std::function<Status()>());
   if (!s.ok()) {
     hier_ok = false;
     if (broken.ok()) abort(s);
@@ -274,7 +244,10 @@ Status DeviceState::setup_hierarchical(bool force) {
   // One node: NCCL's own allreduce is the better plan (same decision on every rank: the
   // cross size is the number of nodes).
   if (!equal || (cross_size == 1 && !force)) return Status::OK();
-  HVD_RETURN_IF_ERROR(init_comm(local_mpi, device, &local));
+  CommSpec local_spec = spec;
+  local_spec.mpi = local_mpi;
+  local_spec.what = "the node-local NCCL communicator of the hierarchical allreduce";
+  HVD_RETURN_IF_ERROR(create_comm(local_spec, Status::OK(), &local));
   hier_ok = true;
   std::lock_guard<std::mutex> lk(health->mu);
   health->local = local;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "comm_init.h"
 #include "hvd/core/executor.h"
 #include "hvd/ops/nccl/kernels.h"
 
@@ -91,8 +92,9 @@ struct DeviceState {
   int rank = 0, size = 1;
   cudaStream_t stream = nullptr;
   std::vector<cudaEvent_t> input_events;  // recorded on producers' streams
-  ncclComm_t comm = nullptr;              // all ranks of the set; lazily created
+  ncclComm_t comm = nullptr;              // all ranks of the set (NcclExecutor creates it)
   Status broken;                          // set once a communicator was aborted
+  CommSpec spec;  // how communicators are created (timeout, abort check, test fault)
 
   // Hierarchical allreduce: node-local NCCL communicator, cross-node MPI communicator.
   // hier_ok: set up, every node holds the same number of ranks and (unless forced for tests)
@@ -121,13 +123,13 @@ struct DeviceState {
   DeviceState& operator=(const DeviceState&) = delete;
   ~DeviceState();
 
-  /// Stream and events on `device` (no collective call).
+  /// Stream and events on `device` (no collective call, no communicator: see
+  /// NcclExecutor::device_for, which creates it with create_comm()).
   static Result<std::unique_ptr<DeviceState>> create(int device, MPI_Comm mpi);
-  /// The set-wide communicator: collective over `mpi` the first time. A failure breaks the
-  /// device for good (a retry on one rank alone would wait for its peers).
-  Status ensure_comm();
-  /// The node-local communicators: collective over `mpi` the first time (failure: as above).
-  /// `force`: hierarchical even on one node (tests).
+  /// The node-local communicators: collective over `mpi` the first time, agreed over `mpi`
+  /// (every rank goes hierarchical, or every rank fails). A failure breaks the device for good
+  /// (a retry on one rank alone would wait for its peers). `force`: hierarchical even on one
+  /// node (tests).
   Status ensure_hierarchical(bool force);
   Status setup_hierarchical(bool force);
   /// Starts a response: makes the device current, resets the descriptor area to hold `n`.

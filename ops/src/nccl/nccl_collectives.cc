@@ -20,13 +20,14 @@ namespace {
 constexpr const char* kSendRecv = "ncclSend/ncclRecv";
 
 // Runs `f` between ncclGroupStart and ncclGroupEnd; the group is closed even when f fails.
+// `comm`: the communicator of the calls in it (ncclGroupEnd may answer ncclInProgress).
 template <typename F>
-Status grouped(F&& f) {
+Status grouped(ncclComm_t comm, F&& f) {
   HVD_NCCL_CHECK(ncclGroupStart());
   Status s = f();
   ncclResult_t end = ncclGroupEnd();
   HVD_RETURN_IF_ERROR(s);
-  HVD_NCCL_CHECK(end);
+  HVD_NCCL_ENQUEUE(comm, end);
   return Status::OK();
 }
 
@@ -71,7 +72,7 @@ Status NcclExecutor::broadcast(DeviceState* d, const Response& r,
     z = zr.value();
   }
   core::PhaseScope call(core::Phase::kCollective, "ncclBroadcast");  // launch only
-  HVD_RETURN_IF_ERROR(grouped([&]() -> Status {
+  HVD_RETURN_IF_ERROR(grouped(d->comm, [&]() -> Status {
     for (size_t i = 0; i < es.size(); ++i) {
       const size_t bytes = es[i]->input.bytes();
       const bool ok = in.valid(i);
@@ -135,10 +136,10 @@ Status NcclExecutor::allgather(DeviceState* d, const Response& r,
   }
   if (p.equal) {
     core::PhaseScope call(core::Phase::kCollective, "ncclAllGather");  // launch only
-    HVD_NCCL_CHECK(ncclAllGather(send, recv, p.count[0], ncclUint8, d->comm, d->stream));
+    HVD_NCCL_ENQUEUE(d->comm, ncclAllGather(send, recv, p.count[0], ncclUint8, d->comm, d->stream));
   } else {
     core::PhaseScope call(core::Phase::kCollective, kSendRecv);  // launch only
-    HVD_RETURN_IF_ERROR(grouped([&]() -> Status {
+    HVD_RETURN_IF_ERROR(grouped(d->comm, [&]() -> Status {
       for (size_t j = 0; j < n; ++j) {
         const int peer = static_cast<int>(j);
         if (p.count[me]) {
@@ -195,7 +196,7 @@ Status NcclExecutor::alltoall(DeviceState* d, const Response& r,
     const auto* send = in.valid(i) ? static_cast<const uint8_t*>(e->input.data) : z;
     auto* recv = in.valid(i) ? static_cast<uint8_t*>(e->output.data) : z + zero_bytes;
     core::PhaseScope call(core::Phase::kCollective, kSendRecv);  // launch only
-    HVD_RETURN_IF_ERROR(grouped([&]() -> Status {
+    HVD_RETURN_IF_ERROR(grouped(d->comm, [&]() -> Status {
       for (size_t j = 0; j < n; ++j) {
         const int peer = static_cast<int>(j);
         if (p.send_bytes[j]) {
@@ -253,8 +254,9 @@ Status NcclExecutor::reducescatter(DeviceState* d, const Response& r,
     }
     {
       core::PhaseScope call(core::Phase::kCollective, "ncclReduceScatter");  // launch only
-      HVD_NCCL_CHECK(ncclReduceScatter(fb.value(), gb.value(), static_cast<size_t>(p.block), type,
-                                       op, d->comm, d->stream));
+      HVD_NCCL_ENQUEUE(
+          d->comm, ncclReduceScatter(fb.value(), gb.value(), static_cast<size_t>(p.block), type, op,
+                                     d->comm, d->stream));
     }
     if (in.valid(i)) {
       core::PhaseScope copy(core::Phase::kCopyOut);  // the launch of the copy kernel

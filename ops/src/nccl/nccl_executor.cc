@@ -14,6 +14,7 @@
 
 #include "device_state.h"
 #include "executor_util.h"
+#include "hvd/core/logging.h"
 #include "hvd/core/timeline.h"
 #include "hvd/ops/nccl/check.h"
 
@@ -32,40 +33,89 @@ constexpr const char* kHierarchicalCall = "ncclReduceScatter+MPI_Allreduce+ncclA
 NcclExecutor::NcclExecutor(MPI_Comm comm, NcclOptions opts) : comm_(comm), opts_(opts) {
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(comm_, &rank_);
+  auto fault =
+      parse_test_fault(opts_.test_fault.empty() ? test_fault_from_env() : opts_.test_fault);
+  if (fault.ok()) {
+    fault_ = fault.value();
+  } else {
+    setup_failed_ = fault.status();  // the same on every rank: the job shares its environment
+  }
 }
 
 NcclExecutor::~NcclExecutor() = default;
 
 Result<DeviceState*> NcclExecutor::device_for(const Response& r,
                                               const std::vector<TensorEntry*>& es) {
+  if (!setup_failed_.ok()) return setup_failed_;
   int dev = -1;
+  Status mixed;
   for (const auto* e : es) {
     if (e->input.device.kind != DeviceKind::kCuda) continue;
     if (dev >= 0 && e->input.device.index != dev) {
-      return invalid_argument(core::describe(r.op, r.names.front()) +
-                              ": tensors of one collective on cuda:" + std::to_string(dev) +
-                              " and " + e->input.device.str() + " on rank " +
-                              std::to_string(rank_) +
-                              "; hvd uses one GPU per rank for a collective");
+      mixed =
+          invalid_argument(core::describe(r.op, r.names.front()) +
+                           ": tensors of one collective on cuda:" + std::to_string(dev) + " and " +
+                           e->input.device.str() + " on rank " + std::to_string(rank_) +
+                           "; hvd uses one GPU per rank for a collective");
+      break;
     }
     dev = e->input.device.index;
   }
   if (dev < 0) dev = last_device_;  // a joined rank: only host stand-ins
   // Never the background thread's current device (0 unless set): the rank's own GPU.
   if (dev < 0) dev = opts_.default_device;
-  last_device_ = dev;
   auto it = devices_.find(dev);
-  if (it == devices_.end()) {
-    auto d = DeviceState::create(dev, comm_);
-    if (!d.ok()) return d.status();
-    it = devices_.emplace(dev, std::move(d).value()).first;
+  if (it == devices_.end() && (devices_.empty() || mixed.ok())) {
+    // First use: collective on every rank, whatever this rank's own preparation gave.
+    auto made = create_device(dev, mixed);
+    if (!made.ok()) return made.status();
+    it = devices_.emplace(dev, std::move(made).value()).first;
+  } else if (!mixed.ok()) {
+    return mixed;
   }
+  last_device_ = dev;
   DeviceState* d = it->second.get();
-  HVD_RETURN_IF_ERROR(d->ensure_comm());
+  if (!d->broken.ok()) return d->broken;
   if (opts_.hierarchical_allreduce && r.op == OpType::kAllreduce) {
     HVD_RETURN_IF_ERROR(d->ensure_hierarchical(opts_.force_hierarchical));
   }
   return d;
+}
+
+Result<std::unique_ptr<DeviceState>> NcclExecutor::create_device(int dev, Status prepared) {
+  CommSpec spec;
+  spec.mpi = comm_;
+  spec.device = dev;
+  spec.timeout = opts_.init_timeout;
+  spec.should_abort = &opts_.should_abort;
+  spec.fault = fault_;
+  spec.what = "the NCCL communicator of this process set (" + std::to_string(size_) + " ranks)";
+  if (prepared.ok() && fault_.at(TestFault::Point::kInit, rank_)) {
+    prepared = internal_error("injected failure (HVD_TEST_FAULT=" + fault_.spec +
+                              "), before touching CUDA");
+  }
+  std::unique_ptr<DeviceState> fresh;
+  if (prepared.ok()) {
+    auto made = DeviceState::create(dev, comm_);
+    if (made.ok()) {
+      fresh = std::move(made).value();
+    } else {
+      prepared = Status(made.status().code(),
+                        made.status().message() + " (cuda:" + std::to_string(dev) + ")");
+    }
+  }
+  ncclComm_t comm = nullptr;
+  Status s = create_comm(spec, prepared, &comm);
+  if (!s.ok()) {
+    HVD_LOG(Error) << s.message();
+    setup_failed_ = s;
+    return s;
+  }
+  fresh->spec = spec;
+  fresh->comm = comm;
+  std::lock_guard<std::mutex> lk(fresh->health->mu);
+  fresh->health->comm = comm;
+  return fresh;
 }
 
 Status NcclExecutor::prepare_input(TensorEntry* e) {
@@ -181,7 +231,8 @@ Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
       src = dst;
     }
     core::PhaseScope call(core::Phase::kCollective, "ncclAllReduce");  // launch only
-    HVD_NCCL_CHECK(ncclAllReduce(src, dst, static_cast<size_t>(n), type, op, d->comm, d->stream));
+    HVD_NCCL_ENQUEUE(d->comm,
+                     ncclAllReduce(src, dst, static_cast<size_t>(n), type, op, d->comm, d->stream));
     if (!out_scale.identity()) HVD_RETURN_IF_ERROR(d->copy({{dst, dst, n}}, r.dtype, out_scale));
     return in.status();
   }
@@ -209,8 +260,8 @@ Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
     HVD_RETURN_IF_ERROR(hierarchical_allreduce(d, buf, l.padded, r));
   } else {
     core::PhaseScope call(core::Phase::kCollective, "ncclAllReduce");  // launch only
-    HVD_NCCL_CHECK(
-        ncclAllReduce(buf, buf, static_cast<size_t>(l.total), type, op, d->comm, d->stream));
+    HVD_NCCL_ENQUEUE(d->comm, ncclAllReduce(buf, buf, static_cast<size_t>(l.total), type, op,
+                                            d->comm, d->stream));
   }
   core::PhaseScope copy(core::Phase::kCopyOut);  // the launch of the copy kernel
   HVD_RETURN_IF_ERROR(d->copy(cout, r.dtype, out_scale));

@@ -22,7 +22,7 @@ Status NcclExecutor::hierarchical_allreduce(DeviceState* d, void* data, int64_t 
   const size_t chunk = static_cast<size_t>(count / d->local_size);  // count is padded
   auto* buf = static_cast<uint8_t*>(data);
   uint8_t* mine = buf + static_cast<size_t>(d->local_rank) * chunk * esize;
-  HVD_NCCL_CHECK(ncclReduceScatter(buf, mine, chunk, type, op, d->local, d->stream));
+  HVD_NCCL_ENQUEUE(d->local, ncclReduceScatter(buf, mine, chunk, type, op, d->local, d->stream));
   if (d->cross_size > 1 && chunk > 0) {
     auto h = d->host_stage.get(chunk * esize);
     if (!h.ok()) return d->fail_response(h.status());
@@ -54,7 +54,7 @@ Status NcclExecutor::hierarchical_allreduce(DeviceState* d, void* data, int64_t 
     HVD_CUDA_CHECK(
         cudaMemcpyAsync(mine, h.value(), chunk * esize, cudaMemcpyHostToDevice, d->stream));
   }
-  HVD_NCCL_CHECK(ncclAllGather(mine, buf, chunk, type, d->local, d->stream));
+  HVD_NCCL_ENQUEUE(d->local, ncclAllGather(mine, buf, chunk, type, d->local, d->stream));
   return Status::OK();
 }
 

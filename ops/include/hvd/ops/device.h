@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <functional>
+
 #include "hvd/core/config.h"
 #include "hvd/core/runtime.h"
 
@@ -16,7 +18,9 @@ namespace hvd::ops {
 /// background thread). Creates no NCCL communicator and makes no collective call itself.
 /// `local_rank` (this process's rank on its node) picks the GPU of a rank that takes part in
 /// a device collective without a device tensor of its own (joined) before it used any.
+/// `should_abort` (null: never): asked while NCCL communicators are being created (a dead peer
+/// ends the wait).
 void add_device_executor(core::RuntimeParts* parts, MPI_Comm data, const core::Config& config,
-                         int local_rank);
+                         int local_rank, std::function<Status()> should_abort = {});
 
 }  // namespace hvd::ops

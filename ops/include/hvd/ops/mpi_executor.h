@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <functional>
 #include <vector>
 
 #include "hvd/core/executor.h"
@@ -32,7 +33,10 @@ namespace hvd::ops {
 /// response after `quiet` passed without one needing that much.
 class MpiExecutor : public core::Executor {
  public:
-  explicit MpiExecutor(MPI_Comm comm, std::chrono::milliseconds quiet = kBufferQuiet);
+  /// `should_abort` (null: never): asked while the ring waits for its peers; an error ends the
+  /// ring's wait (a dead peer, the runtime aborting) and fails the response with it.
+  explicit MpiExecutor(MPI_Comm comm, std::chrono::milliseconds quiet = kBufferQuiet,
+                       std::function<Status()> should_abort = {});
   Status execute(const core::Response& r, const std::vector<core::TensorEntry*>& entries) override;
   std::string name() const override { return "mpi"; }
   /// Bytes held by the persistent buffers (capacity).
@@ -77,6 +81,7 @@ class MpiExecutor : public core::Executor {
   std::vector<uint8_t> fusion_, gather_;
   std::vector<size_t> sizes_;  // bytes (elements: float16/bfloat16) of each fused tensor
   std::chrono::milliseconds quiet_;
+  std::function<Status()> should_abort_;
   std::chrono::steady_clock::time_point last_large_{};  // a buffer last needed > kFusedSlice
 };
 

@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,6 +16,14 @@
 namespace hvd::ops::nccl {
 
 struct DeviceState;  // per-device stream, communicators, buffers (src/nccl/device_state.h)
+/// Test-only fault injection (src/nccl/comm_init.h).
+struct TestFault {
+  enum class Point { kNone, kInit, kInitStuck };
+  Point point = Point::kNone;
+  int rank = -1;
+  std::string spec;  // as given, for messages
+  bool at(Point p, int r) const { return point == p && rank == r; }
+};
 
 struct NcclOptions {
   /// Allreduce as NCCL reduce-scatter in the node, MPI allreduce across nodes, NCCL allgather
@@ -26,17 +36,29 @@ struct NcclOptions {
   /// before it has run any device collective: local rank % device count, as in Horovod's
   /// one-GPU-per-rank setup (add_device_executor sets it).
   int default_device = 0;
+  /// Asked while communicators are being created (null: never): an error (a dead peer, the
+  /// runtime aborting) ends the creation on this rank, which then fails on every rank.
+  std::function<Status()> should_abort;
+  /// How long ncclCommInitRankConfig may take before this rank gives it up (aborts it), which
+  /// fails the creation on every rank.
+  std::chrono::milliseconds init_timeout{kDefaultInitTimeout};
+  static constexpr std::chrono::milliseconds kDefaultInitTimeout{300000};
+  /// Test-only fault injection (see comm_init.h); empty: HVD_TEST_FAULT, read once.
+  std::string test_fault;
 };
 
 /// Runs negotiated responses on CUDA tensors with NCCL.
 ///
 /// Communicators: one per local device used by this process set (the device set is "each
-/// rank's device for this tensor"), created lazily by the first response that needs it: rank 0
-/// of `comm` makes the unique id and broadcasts it over `comm` (the set's MPI data
-/// communicator). Every rank executes the same responses in the same order, so every rank
-/// creates it at the same response — provided each rank's tensors of a response live on the
-/// device it used before (one GPU per rank, Horovod's model; a rank that changes device alone
-/// would wait in communicator creation for its peers).
+/// rank's device for this tensor"), created lazily by the first response that needs it, as an
+/// agreed collective over `comm` (the set's MPI data communicator, which only the background
+/// thread uses, in the agreed order of responses: see comm_init.h). Every rank learns whether
+/// every rank succeeded; a failure on any rank (no device, cudaSetDevice, ncclCommInitRank, a
+/// deadline) fails the response on every rank with a message naming the failed ranks and why,
+/// and every later device response fails at once. Every rank executes the same responses in
+/// the same order, so every rank creates it at the same response — provided each rank's
+/// tensors of a response live on the device it used before (one GPU per rank, Horovod's model;
+/// a rank that changes device alone would wait in communicator creation for its peers).
 ///
 /// Streams and events: hvd owns one non-blocking stream per device. Before launching, that
 /// stream waits (cudaStreamWaitEvent, on the device) for each input's `ready_event`: the
@@ -81,6 +103,9 @@ class NcclExecutor : public core::Executor {
   Status record_submit_event(core::TensorEntry* e, int dev);
   Result<DeviceState*> device_for(const core::Response& r,
                                   const std::vector<core::TensorEntry*>& es);
+  /// The first use of `dev`: its state and communicator, created collectively (create_comm)
+  /// with this rank's `prepared` outcome so far. A failure sets setup_failed_ on every rank.
+  Result<std::unique_ptr<DeviceState>> create_device(int dev, Status prepared);
   Status allreduce(DeviceState* d, const core::Response& r,
                    const std::vector<core::TensorEntry*>& es);
   Status hierarchical_allreduce(DeviceState* d, void* buf, int64_t count, const core::Response& r);
@@ -98,6 +123,10 @@ class NcclExecutor : public core::Executor {
   int size_ = 1, rank_ = 0;
   int last_device_ = -1;
   std::map<int, std::unique_ptr<DeviceState>> devices_;
+  /// Set when the agreed creation of a communicator failed (the same on every rank): every
+  /// later device response fails with it.
+  Status setup_failed_;
+  TestFault fault_;
 };
 
 }  // namespace hvd::ops::nccl
