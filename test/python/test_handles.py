@@ -213,7 +213,9 @@ def test_a_finished_handle_releases_its_tensors_when_dropped():
 @pytest.mark.ranks(2, "a collective left in flight by a rank that submits late")
 def test_released_says_when_hvd_let_go_of_the_tensors():
     # Normally at completion; after an abort a handle finishes first and `released` follows
-    # only once the background thread's executor returned (the graveyard waits for it).
+    # only once the background thread's executor returned (the graveyard waits for it). Here
+    # the two coincide; python.abort_buffers (abort_buffers.py) tells them apart: a handle
+    # aborted while its executor is inside MPI is finished but not released.
     name = "handles.released"
     if R == 0:
         h = hvd.allreduce_async_(torch.ones(4), name=name, op=hvd.Sum)
