@@ -31,11 +31,24 @@ def tail_set():
     hvd.remove_process_set(ps)
 
 
+def refused_outside(ps, call):
+    """Rank 0, outside `ps`: the set says so, and `call` (a collective on it) is refused at once,
+    naming the rank and the set, while the members run theirs."""
+    assert R == 0 and ps.included() is False and ps.rank() == -1
+    t0 = time.monotonic()
+    with pytest.raises((hvd.HorovodInternalError, ValueError),
+                       match=f"rank 0 is not a member of process set {ps.process_set_id}"):
+        call()
+    assert time.monotonic() - t0 < 2.0
+
+
 @pytest.mark.ranks(2, "a process set of every rank but 0")
 def test_broadcasts_on_a_process_set_take_global_roots(tail_set):
     ps = tail_set
-    if not ps.included():
+    if R == 0:
+        refused_outside(ps, lambda: hvd.broadcast(torch.zeros(3), 1, name="g.b.out", process_set=ps))
         return
+    assert ps.included() and ps.rank() == R - 1
     for root in sorted({1, N - 1}):
         def fresh():
             return torch.full((3,), float(R * 10))
@@ -65,8 +78,10 @@ def test_broadcasts_on_a_process_set_take_global_roots(tail_set):
 @pytest.mark.ranks(2, "a process set of every rank but 0")
 def test_a_broadcast_root_outside_the_set_fails_on_every_member(tail_set):
     ps = tail_set
-    if not ps.included():
+    if R == 0:  # the root named is this rank, outside the set: refused here too
+        refused_outside(ps, lambda: hvd.broadcast(torch.ones(2), 0, name="g.out", process_set=ps))
         return
+    assert ps.included()
     with pytest.raises(hvd.HorovodInternalError, match="root rank 0 is not a member"):
         hvd.broadcast(torch.ones(2), 0, name="g.out", process_set=ps)
     if ps.size() > 1:  # only the last member names rank 0: every member fails, naming it
@@ -196,8 +211,10 @@ MISTAKES = [
     ("float alltoall splits", lambda n: hvd.alltoall(torch.ones(N), splits=[1] * N, name=n),
      lambda n: hvd.alltoall(torch.ones(N), splits=torch.ones(N), name=n), ValueError,
      "splits must hold integers"),
+    # pybind11 refuses it before hvd's int_arg could (root_rank is a C int): not truncated to 1.
     ("a root 2**32 + 1", lambda n: hvd.broadcast(good(), 0, name=n),
-     lambda n: hvd.broadcast(good(), 2**32 + 1, name=n), (TypeError, ValueError), ""),
+     lambda n: hvd.broadcast(good(), 2**32 + 1, name=n), TypeError,
+     "incompatible function arguments"),
 ]
 
 
@@ -225,6 +242,25 @@ def test_a_mistake_on_one_rank_fails_every_rank_at_once(deadline, case, named):
     took = hvd.allgather(torch.tensor([elapsed]), name=None)
     print(f"[{label}{'' if named else ', unnamed'}] every rank failed within "
           f"{float(took.max()) * 1000:.1f} ms")
+    the_job_goes_on()
+
+
+@pytest.mark.parametrize("arg", ["dtype", "op", "process_set"])
+def test_the_c_path_refuses_an_int_beyond_int32_rather_than_truncating_it(arg):
+    """The in-place host allreduce reads its integers itself (_core.allreduce_host: no pybind11
+    casting): 2**32 + k must be refused by hvd's int_arg, not truncated to k (a process set
+    2**32 would become the global set 0, a dtype or op 2**32 + 1 would become code 1)."""
+    from hvd import _core
+    from hvd.torch import mpi_ops
+    t = torch.full((3,), float(R + 1))
+    args = {"dtype": mpi_ops._DTYPES[t.dtype], "op": hvd.Sum, "process_set": 0}
+    big = 2**32 if arg == "process_set" else 2**32 + 1
+    args[arg] = big
+    with pytest.raises(ValueError, match=rf"hvd: integer argument {big} is out of range "
+                                         r"\[-2147483648, 2147483647\]"):
+        _core.allreduce_host(t, t.data_ptr(), args["dtype"], t.shape, f"sem.int.{arg}",
+                             args["op"], 1.0, 1.0, args["process_set"])
+    assert t.tolist() == [float(R + 1)] * 3  # nothing ran
     the_job_goes_on()
 
 
