@@ -75,7 +75,7 @@ if [[ ${1:-} == --selftest ]]; then
 fi
 
 BUILD=${1:-build}
-TARGETS=(hvd_gpu_tests hvd_device_select_test hvd_gpu_bench hvd_bench)
+TARGETS=(hvd_gpu_tests hvd_device_select_test hvd_nccl_init_test hvd_gpu_bench hvd_bench)
 MODULE=libhvd_nccl.so  # the GPU module (target hvd_nccl), loaded at run time
 if [[ ! -f $BUILD/CMakeCache.txt ]]; then
   cmake -S . -B "$BUILD" --preset release >/dev/null
@@ -191,6 +191,17 @@ rc=${PIPESTATUS[0]}
 [[ $rc -eq 0 || $rc -eq 77 ]] || status=1
 step "device routing (np = 1)"
 timeout 40 mpiexec -np 1 --bind-to none "$B/hvd/hvd_device_select_test" 2>&1 | tee "$R/device_select.txt"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+step "NCCL communicator creation, agreed (np = 1, 2)"
+# np 1: created, an allreduce sums. np 2 (one GPU serves: no rank of a failing case creates a
+# communicator): rank 1 fails before CUDA and every rank fails naming it; rank 1 never starts
+# its init and every rank gives up at the 3 s deadline. A case without its device prints
+# "skipped:".
+{
+  timeout 40 mpiexec -np 1 --bind-to none "$B/hvd/hvd_nccl_init_test" "[device]" &&
+    HVD_TEST_FAULT=nccl_init:rank=1 timeout 60 mpiexec -np 2 --bind-to none -x HVD_TEST_FAULT \
+      "$B/hvd/hvd_nccl_init_test"
+} 2>&1 | tee "$R/nccl_init.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 if grep -q "skipped: no CUDA device" "$R/gpu_tests.txt"; then
   echo "WARNING: the [gpu] tests skipped: no CUDA device"
