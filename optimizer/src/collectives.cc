@@ -8,6 +8,7 @@
 #include "hvd/hvd.h"
 #include "hvd/optim/tensor_adapter.h"
 #include "torch_handle_state.h"
+#include "torch_refusal.h"
 
 namespace hvd::optim {
 
@@ -39,33 +40,39 @@ TorchHandle allreduce_impl(const torch::Tensor& t, const std::string& name, Redu
                            double post, bool in_place) {
   auto st = std::make_shared<detail::TorchHandleState>();
   const std::string what = label("allreduce", name);
-  TensorView in = stage(*st, t, in_place, what);
-  if (in_place) {
-    st->handle = hvd::allreduce_async(in, name, op, pre, post);
-  } else {
-    torch::Tensor out =
+  auto [in, out] = detail::refusing("allreduce", name, 0, ProcessSet(), [&] {
+    TensorView in = stage(*st, t, in_place, what);
+    if (in_place) return std::make_pair(in, TensorView());
+    torch::Tensor o =
         torch::empty(t.sizes(), t.options().memory_format(c10::MemoryFormat::Contiguous));
-    st->outputs.push_back(out);
-    st->handle = hvd::allreduce_async(in, to_view(out, what), name, op, pre, post);
-  }
+    st->outputs.push_back(o);
+    return std::make_pair(in, to_view(o, what));
+  });
+  st->handle = in_place ? hvd::allreduce_async(in, name, op, pre, post)
+                        : hvd::allreduce_async(in, out, name, op, pre, post);
   return TorchHandle(st);
 }
 
 TorchHandle grouped_impl(const std::vector<torch::Tensor>& ts, const std::string& name, ReduceOp op,
                          double pre, double post, bool in_place) {
   auto st = std::make_shared<detail::TorchHandleState>();
-  std::vector<TensorView> views;
-  views.reserve(ts.size());
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const std::string what = label("grouped_allreduce", name) + " tensor " + std::to_string(i);
-    if (in_place) {
-      views.push_back(stage(*st, ts[i], true, what));
-    } else {
-      torch::Tensor out = as_contiguous(ts[i], what).clone();
-      st->outputs.push_back(out);
-      views.push_back(to_view(out, what));
-    }
-  }
+  std::vector<TensorView> views =
+      detail::refusing("allreduce", name, static_cast<int>(ts.size()), ProcessSet(), [&] {
+        std::vector<TensorView> vs;
+        vs.reserve(ts.size());
+        for (size_t i = 0; i < ts.size(); ++i) {
+          const std::string what =
+              label("grouped_allreduce", name) + " tensor " + std::to_string(i);
+          if (in_place) {
+            vs.push_back(stage(*st, ts[i], true, what));
+          } else {
+            torch::Tensor out = as_contiguous(ts[i], what).clone();
+            st->outputs.push_back(out);
+            vs.push_back(to_view(out, what));
+          }
+        }
+        return vs;
+      });
   st->handle = hvd::grouped_allreduce_async(views, name, op, pre, post);
   return TorchHandle(st);
 }
@@ -74,13 +81,13 @@ TorchHandle broadcast_impl(const torch::Tensor& t, int root, const std::string& 
                            bool in_place) {
   auto st = std::make_shared<detail::TorchHandleState>();
   const std::string what = label("broadcast", name);
-  if (in_place) {
-    st->handle = hvd::broadcast_async(stage(*st, t, true, what), root, name);
-  } else {
+  TensorView view = detail::refusing("broadcast", name, 0, ProcessSet(), [&] {
+    if (in_place) return stage(*st, t, true, what);
     torch::Tensor out = as_contiguous(t, what).clone();
     st->outputs.push_back(out);
-    st->handle = hvd::broadcast_async(to_view(out, what), root, name);
-  }
+    return to_view(out, what);
+  });
+  st->handle = hvd::broadcast_async(view, root, name);
   return TorchHandle(st);
 }
 

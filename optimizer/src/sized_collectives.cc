@@ -10,6 +10,7 @@
 #include "hvd/core/status.h"
 #include "hvd/optim/tensor_adapter.h"
 #include "torch_handle_state.h"
+#include "torch_refusal.h"
 
 namespace hvd::optim {
 
@@ -42,10 +43,6 @@ Allocator torch_allocator(const StatePtr& st, size_t slot, const torch::Tensor& 
   };
 }
 
-void check_group(const std::vector<torch::Tensor>& ts, const char* op, const std::string& name) {
-  if (ts.empty()) throw Error(invalid_argument(label(op, name) + ": no tensors given"));
-}
-
 void take_handles(detail::TorchHandleState& st, std::vector<Handle> hs) {
   st.handle = hs.front();
   st.more.assign(hs.begin() + 1, hs.end());
@@ -56,7 +53,9 @@ void take_handles(detail::TorchHandleState& st, std::vector<Handle> hs) {
 TorchHandle allgather_async(const torch::Tensor& tensor, const std::string& name,
                             const ProcessSet& process_set) {
   auto st = std::make_shared<detail::TorchHandleState>();
-  TensorView in = stage_input(*st, tensor, label("allgather", name));
+  TensorView in = detail::refusing("allgather", name, 0, process_set, [&] {
+    return stage_input(*st, tensor, label("allgather", name));
+  });
   st->handle = hvd::allgather_async(in, name, process_set, torch_allocator(st, 0, tensor));
   return TorchHandle(st);
 }
@@ -68,15 +67,19 @@ torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name,
 
 TorchHandle grouped_allgather_async(const std::vector<torch::Tensor>& tensors,
                                     const std::string& name, const ProcessSet& process_set) {
-  check_group(tensors, "grouped_allgather", name);
   auto st = std::make_shared<detail::TorchHandleState>();
-  std::vector<TensorView> views;
   std::vector<Allocator> allocators;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const std::string what = label("grouped_allgather", name) + " tensor " + std::to_string(i);
-    views.push_back(stage_input(*st, tensors[i], what));
-    allocators.push_back(torch_allocator(st, i, tensors[i]));
-  }
+  std::vector<TensorView> views =
+      detail::refusing("allgather", name, static_cast<int>(tensors.size()), process_set, [&] {
+        std::vector<TensorView> vs;
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          const std::string what =
+              label("grouped_allgather", name) + " tensor " + std::to_string(i);
+          vs.push_back(stage_input(*st, tensors[i], what));
+          allocators.push_back(torch_allocator(st, i, tensors[i]));
+        }
+        return vs;
+      });
   take_handles(*st, hvd::grouped_allgather_async(views, name, process_set, allocators));
   return TorchHandle(st);
 }
@@ -90,7 +93,9 @@ std::vector<torch::Tensor> grouped_allgather(const std::vector<torch::Tensor>& t
 TorchHandle alltoall_async(const torch::Tensor& tensor, const std::vector<int64_t>& splits,
                            const std::string& name, const ProcessSet& process_set) {
   auto st = std::make_shared<detail::TorchHandleState>();
-  TensorView in = stage_input(*st, tensor, label("alltoall", name));
+  TensorView in = detail::refusing("alltoall", name, 0, process_set, [&] {
+    return stage_input(*st, tensor, label("alltoall", name));
+  });
   st->handle = hvd::alltoall_async(in, splits, name, process_set, torch_allocator(st, 0, tensor));
   return TorchHandle(st);
 }
@@ -108,7 +113,9 @@ TorchHandle reducescatter_async(const torch::Tensor& tensor, const std::string& 
                                 double prescale_factor, double postscale_factor,
                                 const ProcessSet& process_set) {
   auto st = std::make_shared<detail::TorchHandleState>();
-  TensorView in = stage_input(*st, tensor, label("reducescatter", name));
+  TensorView in = detail::refusing("reducescatter", name, 0, process_set, [&] {
+    return stage_input(*st, tensor, label("reducescatter", name));
+  });
   st->handle = hvd::reducescatter_async(in, name, op, prescale_factor, postscale_factor,
                                         process_set, torch_allocator(st, 0, tensor));
   return TorchHandle(st);
@@ -125,15 +132,19 @@ TorchHandle grouped_reducescatter_async(const std::vector<torch::Tensor>& tensor
                                         const std::string& name, ReduceOp op,
                                         double prescale_factor, double postscale_factor,
                                         const ProcessSet& process_set) {
-  check_group(tensors, "grouped_reducescatter", name);
   auto st = std::make_shared<detail::TorchHandleState>();
-  std::vector<TensorView> views;
   std::vector<Allocator> allocators;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const std::string what = label("grouped_reducescatter", name) + " tensor " + std::to_string(i);
-    views.push_back(stage_input(*st, tensors[i], what));
-    allocators.push_back(torch_allocator(st, i, tensors[i]));
-  }
+  std::vector<TensorView> views =
+      detail::refusing("reducescatter", name, static_cast<int>(tensors.size()), process_set, [&] {
+        std::vector<TensorView> vs;
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          const std::string what =
+              label("grouped_reducescatter", name) + " tensor " + std::to_string(i);
+          vs.push_back(stage_input(*st, tensors[i], what));
+          allocators.push_back(torch_allocator(st, i, tensors[i]));
+        }
+        return vs;
+      });
   take_handles(*st, hvd::grouped_reducescatter_async(views, name, op, prescale_factor,
                                                      postscale_factor, process_set, allocators));
   return TorchHandle(st);

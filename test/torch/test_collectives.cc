@@ -1,8 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // [mpi] collectives on torch::Tensor, broadcast_parameters / broadcast_object, and
 // broadcast_optimizer_state round trips for every libtorch optimizer.
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "hvd/torch.h"
 #include "models.h"
@@ -97,6 +103,114 @@ TEST_CASE("torch adapters reject what hvd cannot move", "[mpi]") {
   CHECK_THROWS_WITH(hvd::allreduce(torch::ones({2}, torch::kBool), "boolsum"), Contains("bool"));
   CHECK(hvd::optim::to_hvd_dtype(torch::kBFloat16) == hvd::DataType::kBFloat16);
   CHECK(hvd::optim::to_torch_dtype(hvd::DataType::kFloat16) == torch::kHalf);
+}
+
+namespace {
+
+/// Aborts the process (the test fails, never hangs) unless destroyed within `seconds`.
+class Watchdog {
+ public:
+  Watchdog(const char* what, int seconds)
+      : t_([this, what, seconds] {
+          std::unique_lock<std::mutex> lk(mu_);
+          if (!cv_.wait_for(lk, std::chrono::seconds(seconds), [this] { return done_; })) {
+            std::fprintf(stderr, "rank %d: '%s' still blocked after %d s\n", hvd::rank(), what,
+                         seconds);
+            std::abort();
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    t_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread t_;
+};
+
+/// Runs `wrong` on the last rank and `right` on the others: every rank's call must fail within
+/// 2 s, the others' naming the last rank and `reason`.
+void torch_one_rank_wrong(const char* label, const std::function<void()>& right,
+                          const std::function<void()>& wrong, const std::string& reason) {
+  const int r = hvd::rank(), last = hvd::size() - 1;
+  std::string err;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    Watchdog dog(label, 20);
+    try {
+      (r == last ? wrong : right)();
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  INFO(label << " on rank " << r << ": " << err);
+  CHECK_THAT(err, Contains(reason));
+  if (r != last) CHECK_THAT(err, Contains("refused on rank " + std::to_string(last)));
+  CHECK(ms < 2000);
+  auto slowest = hvd::allreduce(torch::tensor({ms}, torch::kDouble), "", hvd::ReduceOp::kMax);
+  if (r == 0) {
+    std::printf("[torch %s] np %d: every rank failed within %.1f ms\n", label, hvd::size(),
+                slowest.item<double>());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a bad torch tensor on one rank fails every rank's call at once", "[mpi][multirank]") {
+  REQUIRE(hvd::size() >= 2);  // [multirank]: np = 1 runs exclude it
+  const torch::Tensor good = torch::ones({4});
+  const torch::Tensor complex = torch::zeros({4}, torch::kComplexFloat);
+  const torch::Tensor sparse = torch::ones({4}).to_sparse();
+  const torch::Tensor meta = torch::empty({4}, torch::TensorOptions().device(torch::kMeta));
+  const torch::Tensor undefined;
+  for (const std::string name : {"bad.x", ""}) {  // named and automatic names
+    torch_one_rank_wrong(
+        "complex allreduce", [&] { hvd::optim::allreduce(good, name); },
+        [&] { hvd::optim::allreduce(complex, name); }, "ComplexFloat");
+    torch_one_rank_wrong(
+        "sparse allreduce_", [&] { hvd::optim::allreduce_(good.clone(), name); },
+        [&] { hvd::optim::allreduce_(sparse, name); }, "sparse");
+    torch_one_rank_wrong(
+        "undefined broadcast", [&] { hvd::optim::broadcast(good, 0, name); },
+        [&] { hvd::optim::broadcast(undefined, 0, name); }, "undefined");
+    torch_one_rank_wrong(
+        "meta allgather", [&] { hvd::optim::allgather(good, name); },
+        [&] { hvd::optim::allgather(meta, name); }, "meta");
+    torch_one_rank_wrong(
+        "complex grouped member",
+        [&] {
+          hvd::optim::grouped_allreduce({good, good}, name);
+        },
+        [&] {
+          hvd::optim::grouped_allreduce({good, complex}, name);
+        },
+        "tensor 1: torch dtype ComplexFloat");
+    torch_one_rank_wrong(
+        "empty allgather group", [&] { hvd::optim::grouped_allgather({good}, name); },
+        [&] { hvd::optim::grouped_allgather(std::vector<torch::Tensor>{}, name); },
+        "an empty list of tensors");
+    torch_one_rank_wrong(
+        "empty reducescatter group", [&] { hvd::optim::grouped_reducescatter({good}, name); },
+        [&] { hvd::optim::grouped_reducescatter(std::vector<torch::Tensor>{}, name); },
+        "an empty list of tensors");
+    torch_one_rank_wrong(
+        "sparse alltoall", [&] { hvd::optim::alltoall(good, std::vector<int64_t>{}, name); },
+        [&] { hvd::optim::alltoall(sparse, std::vector<int64_t>{}, name); }, "sparse");
+    torch_one_rank_wrong(
+        "meta reducescatter", [&] { hvd::optim::reducescatter(good, name); },
+        [&] { hvd::optim::reducescatter(meta, name); }, "meta");
+  }
+  auto sum = hvd::optim::allreduce(torch::ones({2}), "bad.after", hvd::ReduceOp::kSum);
+  CHECK(sum[0].item<float>() == hvd::size());  // the job goes on
 }
 
 TEST_CASE("broadcast_parameters gives every rank the root's module", "[mpi]") {
