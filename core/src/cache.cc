@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Response cache: LRU map from name to bit position and negotiated parameters.
+// Response cache: LRU map from name to bit position and negotiated parameters, grown when the
+// names in use do not fit.
 #include "hvd/core/cache.h"
 
 #include <algorithm>
@@ -7,11 +8,11 @@
 
 namespace hvd::core {
 
-ResponseCache::ResponseCache(int64_t capacity) : capacity_(capacity < 0 ? 0 : capacity) {
+ResponseCache::ResponseCache(int64_t capacity, int64_t max_capacity)
+    : capacity_(std::max<int64_t>(capacity, 0)), max_capacity_(std::max(max_capacity, capacity_)) {
   entries_.resize(static_cast<size_t>(capacity_));
   hot_.resize(static_cast<size_t>(capacity_));
-  free_bits_.reserve(static_cast<size_t>(capacity_));
-  for (int64_t b = capacity_ - 1; b >= 0; --b) free_bits_.push_back(static_cast<uint32_t>(b));
+  for (int64_t b = 0; b < capacity_; ++b) free_bits_.push(static_cast<uint32_t>(b));
 }
 
 ResponseCache::Lookup ResponseCache::lookup(const Request& r, uint32_t* bit) const {
@@ -53,32 +54,66 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
     touch(it->second);
     return std::nullopt;
   }
+  // A name evicted before comes back: what is in use does not fit. Grow rather than evict
+  // (evicting would only push out the next name the step uses).
+  if (free_bits_.empty() && evicted_before(params.name)) (void)grow();
   std::optional<uint32_t> evicted;
   if (free_bits_.empty()) {
-    evicted = least_recent();
+    evicted = oldest_;
+    remember_evicted(entries_[*evicted].params.name);
+    ++evictions_;
     erase(*evicted);
   }
-  uint32_t bit = free_bits_.back();
-  free_bits_.pop_back();
+  const uint32_t bit = free_bits_.top();
+  free_bits_.pop();
   Entry& e = entries_[bit];
   if (!params.group.empty()) ++grouped_;
   e.params = params;
   e.response = response;
-  hot_[bit] = Hot{++clock_, version_, params.op};
+  hot_[bit].stamp = version_;
+  hot_[bit].op = params.op;
+  link_newest(bit);
   by_name_[params.name] = bit;
   return evicted;
 }
 
-uint32_t ResponseCache::least_recent() const {
-  uint32_t best = 0;
-  uint64_t oldest = UINT64_MAX;
-  for (size_t b = 0; b < hot_.size(); ++b) {
-    if (hot_[b].used() && hot_[b].last_used < oldest) {
-      oldest = hot_[b].last_used;
-      best = static_cast<uint32_t>(b);
-    }
+namespace {
+// FNV-1a: the same value on every rank, whatever the standard library's std::hash does.
+uint64_t name_hash(const std::string& name) {
+  uint64_t h = 14695981039346656037ULL;
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ULL;
+  return h;
+}
+}  // namespace
+
+void ResponseCache::remember_evicted(const std::string& name) {
+  const auto keep = static_cast<size_t>(max_capacity_ - capacity_);
+  if (keep == 0) return;  // cannot grow: nothing to learn
+  const uint64_t h = name_hash(name);
+  evicted_order_.push_back(h);
+  ++evicted_[h];
+  while (evicted_order_.size() > keep) {
+    auto it = evicted_.find(evicted_order_.front());
+    if (--it->second == 0) evicted_.erase(it);
+    evicted_order_.pop_front();
   }
-  return best;
+}
+
+bool ResponseCache::evicted_before(const std::string& name) const {
+  return !evicted_.empty() && evicted_.count(name_hash(name)) > 0;
+}
+
+bool ResponseCache::grow() {
+  if (capacity_ >= max_capacity_) return false;
+  const int64_t grown = std::min(capacity_ * 2, max_capacity_);
+  entries_.resize(static_cast<size_t>(grown));
+  hot_.resize(static_cast<size_t>(grown));
+  for (int64_t b = capacity_; b < grown; ++b) free_bits_.push(static_cast<uint32_t>(b));
+  capacity_ = grown;
+  ++growths_;
+  // The names evicted so far stay remembered: should the grown cache fill up before they
+  // are all back, the next of them grows it again at once.
+  return true;
 }
 
 void ResponseCache::erase(uint32_t bit) {
@@ -87,12 +122,11 @@ void ResponseCache::erase(uint32_t bit) {
   ++version_;
   if (!e.params.group.empty()) --grouped_;
   by_name_.erase(e.params.name);
+  unlink(bit);
   hot_[bit] = Hot{};
   e.params = Request{};
   e.response = Response{};
-  // Keep free bits sorted descending so the lowest free bit is reused first on every rank.
-  auto pos = std::lower_bound(free_bits_.begin(), free_bits_.end(), bit, std::greater<>());
-  free_bits_.insert(pos, bit);
+  free_bits_.push(bit);
 }
 
 const Request& ResponseCache::at(uint32_t bit) const {

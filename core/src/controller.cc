@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "guarded.h"
+#include "hvd/core/logging.h"
 #include "hvd/core/validation.h"
 
 namespace hvd::core {
@@ -311,6 +312,24 @@ void Controller::cache_new_responses(const std::vector<Response>& responses, boo
     }
   }
   if (changed && cache_.grouped() > 0) drop_partial_groups();
+  if (pending_.size() < static_cast<size_t>(cache_.capacity())) note_cache_growth();
+}
+
+void Controller::note_cache_growth() {
+  // Every rank grew at the same response (see ResponseCache): the next round's bit vector has
+  // the new length everywhere.
+  pending_.resize(static_cast<size_t>(cache_.capacity()), nullptr);
+  pending_words_.resize(cache_.num_words(), 0);
+  if (!pending_since_.empty()) pending_since_.resize(pending_.size());
+  if (rank() == 0 && !cache_growth_logged_) {
+    cache_growth_logged_ = true;
+    HVD_LOG(Warning) << "the response cache grew to " << cache_.capacity()
+                     << " entries: a step uses more distinct collective names than "
+                        "HVD_CACHE_CAPACITY holds, so they evicted each other and were "
+                        "negotiated through rank 0 again; set HVD_CACHE_CAPACITY="
+                     << cache_.capacity() << " (or more) to start there (grows up to "
+                     << cache_.max_capacity() << ")";
+  }
 }
 
 bool Controller::coordinator_ready(const Pending& p, const std::vector<int>& joined) const {

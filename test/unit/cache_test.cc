@@ -2,7 +2,10 @@
 // ResponseCache: lookups, LRU eviction, bit reuse and a disabled cache.
 #include "hvd/core/cache.h"
 
+#include <algorithm>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "hvd_catch.h"
 
@@ -170,4 +173,145 @@ TEST_CASE("cache lookup with a hint: the hinted bit when it still holds the name
   // Evicted: a miss even with the old hint.
   c.erase(1);
   REQUIRE(c.lookup(req("b"), 1, &bit) == ResponseCache::Lookup::kMiss);
+}
+
+TEST_CASE("eviction follows an independent LRU model through many touches and erasures", "[unit]") {
+  // The model: names oldest first in a list; the cache must evict its front every time.
+  ResponseCache c(64, 64);
+  std::vector<std::string> model;
+  auto use = [&](const std::string& n) {
+    model.erase(std::remove(model.begin(), model.end(), n), model.end());
+    model.push_back(n);
+  };
+  uint64_t seed = 7;
+  auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
+  for (int step = 0; step < 5000; ++step) {
+    const uint64_t r = next() >> 33;
+    const std::string name = "n" + std::to_string(r % 200);
+    uint32_t bit = 0;
+    if (r % 7 == 0 && c.lookup(req(name), &bit) == ResponseCache::Lookup::kHit) {
+      c.erase(bit);
+      model.erase(std::remove(model.begin(), model.end(), name), model.end());
+    } else if (c.lookup(req(name), &bit) == ResponseCache::Lookup::kHit) {
+      c.touch(bit);
+      use(name);
+    } else {
+      const bool full = model.size() == 64;
+      const std::string victim = full ? model.front() : "";
+      uint32_t victim_bit = 9999;
+      if (full) victim_bit = bit_of(c, victim);
+      auto ev = c.put(req(name));
+      INFO("step " << step << " put " << name);
+      REQUIRE(ev.has_value() == full);
+      if (full) {
+        REQUIRE(*ev == victim_bit);
+        model.erase(model.begin());
+      }
+      use(name);
+    }
+    REQUIRE(c.size() == model.size());
+  }
+  REQUIRE(c.capacity() == 64);  // bounded by max_capacity
+}
+
+TEST_CASE("a name evicted and put again grows the cache instead of evicting", "[unit]") {
+  ResponseCache c(4);
+  for (const char* n : {"a", "b", "c", "d"}) (void)c.put(req(n));
+  REQUIRE(c.put(req("e")) == std::optional<uint32_t>(0));  // a evicted: names do not fit yet
+  REQUIRE(c.capacity() == 4);
+  REQUIRE_FALSE(c.put(req("a")).has_value());  // a comes back: grown, nothing evicted
+  REQUIRE(c.capacity() == 8);
+  REQUIRE(c.num_words() == 1);
+  REQUIRE(c.growths() == 1);
+  REQUIRE(c.size() == 5);
+  REQUIRE(bit_of(c, "a") == 4);  // the lowest free bit: the first of the new ones
+  for (const char* n : {"b", "c", "d", "e"}) (void)bit_of(c, n);
+  REQUIRE(c.evictions() == 1);
+}
+
+TEST_CASE("a step of 1,500 names cycling through 1,024 entries hits from its third pass on",
+          "[unit]") {
+  ResponseCache c(1024);
+  int misses_last = -1;
+  for (int pass = 0; pass < 4; ++pass) {
+    int misses = 0;
+    for (int i = 0; i < 1500; ++i) {
+      const Request r = req("t" + std::to_string(i));
+      uint32_t bit = 0;
+      if (c.lookup(r, &bit) == ResponseCache::Lookup::kHit) {
+        c.touch(bit);
+      } else {
+        ++misses;
+        (void)c.put(r);
+      }
+    }
+    misses_last = misses;
+  }
+  REQUIRE(misses_last == 0);
+  REQUIRE(c.capacity() == 2048);
+  REQUIRE(c.num_words() == 32);
+}
+
+TEST_CASE("names used once never grow the cache", "[unit]") {
+  ResponseCache c(4);
+  for (int i = 0; i < 100; ++i) (void)c.put(req("once." + std::to_string(i)));
+  REQUIRE(c.capacity() == 4);
+  REQUIRE(c.evictions() == 96);
+  REQUIRE(c.growths() == 0);
+}
+
+TEST_CASE("growth stops at max_capacity, then the cache evicts", "[unit]") {
+  // Passes over `n` names; returns the misses of the last pass.
+  auto cycle = [](ResponseCache& c, int n) {
+    int misses = 0;
+    for (int pass = 0; pass < 5; ++pass) {
+      misses = 0;
+      for (int i = 0; i < n; ++i) {
+        const Request r = req("n" + std::to_string(i));
+        uint32_t bit = 0;
+        if (c.lookup(r, &bit) == ResponseCache::Lookup::kHit) {
+          c.touch(bit);
+        } else {
+          ++misses;
+          (void)c.put(r);
+        }
+      }
+    }
+    return misses;
+  };
+  ResponseCache fits(2, 4);
+  REQUIRE(cycle(fits, 4) == 0);
+  REQUIRE(fits.capacity() == 4);
+  ResponseCache too_many(2, 4);
+  REQUIRE(cycle(too_many, 100) == 100);  // cannot fit: every name misses, bounded memory
+  REQUIRE(too_many.capacity() <= 4);
+  REQUIRE(too_many.size() == static_cast<size_t>(too_many.capacity()));
+  REQUIRE(ResponseCache(8, 2).max_capacity() == 8);  // never below the capacity
+}
+
+TEST_CASE("two caches fed the same operations agree on every bit", "[unit]") {
+  // What keeps the ranks' bit vectors aligned: growth and eviction depend only on the puts,
+  // touches and erasures, never on the order in which a rank submitted.
+  ResponseCache a(8), b(8);
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int i = 0; i < 20; ++i) {
+      for (ResponseCache* c : {&a, &b}) {
+        const Request r = req("g" + std::to_string((i * 7 + pass) % 20));
+        uint32_t bit = 0;
+        if (c->lookup(r, &bit) == ResponseCache::Lookup::kHit) {
+          c->touch(bit);
+        } else {
+          (void)c->put(r);
+        }
+      }
+    }
+  }
+  REQUIRE(a.capacity() == b.capacity());
+  REQUIRE(a.capacity() > 8);
+  for (int i = 0; i < 20; ++i) {
+    const std::string n = "g" + std::to_string(i);
+    uint32_t ba = 0, bb = 0;
+    REQUIRE(a.lookup(req(n), &ba) == b.lookup(req(n), &bb));
+    REQUIRE(ba == bb);
+  }
 }

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <optional>
+#include <queue>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -13,12 +16,22 @@
 
 namespace hvd::core {
 
-/// Every rank holds an identical cache: entries are only added, touched and evicted while
-/// executing the round's response list, which is the same on every rank. Least recently used
-/// entries are evicted first; a freed bit is reused by the next insertion (lowest free bit).
+/// Every rank holds an identical cache: entries are only added, touched, evicted and the
+/// cache grown while executing the round's response list, which is the same on every rank, and
+/// each of those is a function of that list alone. Least recently used entries are evicted
+/// first (O(1): a list through the bits, most recent last); a freed bit is reused by the next
+/// insertion (lowest free bit).
+///
+/// Growth: the names of the last max_capacity() - capacity() evictions are remembered (as
+/// 64-bit hashes). Putting one of them again into a full cache means the names in use do not
+/// fit (a step with more tensors than entries evicts its own names cyclically, and nothing
+/// would ever hit): the capacity then doubles, up to max_capacity(). Names used once (never
+/// put again) never make it grow.
 class ResponseCache {
  public:
-  explicit ResponseCache(int64_t capacity);
+  /// `max_capacity` (raised to `capacity` when below it) bounds growth.
+  explicit ResponseCache(int64_t capacity, int64_t max_capacity = kDefaultMaxCapacity);
+  static constexpr int64_t kDefaultMaxCapacity = 1 << 16;
 
   enum class Lookup { kMiss, kHit, kMismatch };
   /// kHit: the name is cached with identical parameters (bit set in *bit);
@@ -29,17 +42,19 @@ class ResponseCache {
   Lookup lookup(const Request& r, int64_t hint, uint32_t* bit) const;
 
   /// Caches a successfully negotiated request (this rank's parameters) with the response it got.
-  /// Returns the bit that was evicted to make room, if any.
+  /// Returns the bit that was evicted to make room, if any (never after growing).
   ///
   /// For allgather, alltoall and reducescatter the parameters differ between ranks (first
   /// dimension, splits) and the response carries what every rank agreed (rank_rows): a hit on
   /// every rank means every rank submits what it submitted when that response was negotiated,
   /// so the cached response is still the one the coordinator would build.
   std::optional<uint32_t> put(const Request& params, const Response& response = Response{});
-  /// Marks an entry as just used (LRU order).
+  /// Marks an entry as just used (LRU order). O(1); a free bit is ignored.
   void touch(uint32_t bit) {
     Hot& h = hot_.at(bit);
-    if (h.used()) h.last_used = ++clock_;
+    if (!h.used() || bit == newest_) return;
+    unlink(bit);
+    link_newest(bit);
   }
   void erase(uint32_t bit);
   bool contains(uint32_t bit) const { return bit < hot_.size() && hot_[bit].used(); }
@@ -57,7 +72,13 @@ class ResponseCache {
   }
   /// The op cached under `bit` (which must be in use).
   OpType op_at(uint32_t bit) const { return hot_.at(bit).op; }
+  /// Bit positions now (grows, never shrinks); the initial capacity() until a step did not fit.
   int64_t capacity() const { return capacity_; }
+  int64_t max_capacity() const { return max_capacity_; }
+  /// Times the capacity doubled.
+  int growths() const { return growths_; }
+  /// Entries evicted to make room (not erased for other reasons).
+  uint64_t evictions() const { return evictions_; }
   size_t size() const { return by_name_.size(); }
   /// Entries of grouped requests (members of a grouped allreduce).
   size_t grouped() const { return grouped_; }
@@ -65,6 +86,7 @@ class ResponseCache {
   size_t num_words() const { return static_cast<size_t>((capacity_ + 63) / 64); }
 
  private:
+  static constexpr uint32_t kNone = UINT32_MAX;
   struct Entry {
     Request params;
     Response response;
@@ -72,21 +94,45 @@ class ResponseCache {
   /// What every round reads or writes of each ready entry, kept apart from the entries (over
   /// 400 bytes each): the rounds of a burst touch 24 contiguous bytes per entry.
   struct Hot {
-    uint64_t last_used = 0;  // clock_ when last put or touched: the lowest goes first
-    uint64_t stamp = 0;      // version_ of its put; 0: the bit is free
+    uint64_t stamp = 0;                     // version_ of its put; 0: the bit is free
+    uint32_t older = kNone, newer = kNone;  // the LRU list (used bits only)
     OpType op = OpType::kAllreduce;
     bool used() const { return stamp != 0; }
   };
-  /// The least recently used entry (a scan: only a full cache evicts, in a full round).
-  uint32_t least_recent() const;
+  void unlink(uint32_t bit) {
+    Hot& h = hot_[bit];
+    (h.older == kNone ? oldest_ : hot_[h.older].newer) = h.newer;
+    (h.newer == kNone ? newest_ : hot_[h.newer].older) = h.older;
+    h.older = h.newer = kNone;
+  }
+  void link_newest(uint32_t bit) {
+    Hot& h = hot_[bit];
+    h.older = newest_;
+    h.newer = kNone;
+    (newest_ == kNone ? oldest_ : hot_[newest_].newer) = bit;
+    newest_ = bit;
+  }
+  /// Remembers an evicted name (the last max_capacity_ - capacity_ of them).
+  void remember_evicted(const std::string& name);
+  bool evicted_before(const std::string& name) const;
+  /// Doubles the capacity (bounded by max_capacity_); false when it cannot grow.
+  bool grow();
+
   int64_t capacity_;
+  int64_t max_capacity_;
   std::vector<Entry> entries_;  // indexed by bit
   std::vector<Hot> hot_;        // indexed by bit
   std::unordered_map<std::string, uint32_t> by_name_;
-  uint64_t clock_ = 0;               // counts puts and touches (a touch is one store, no list)
-  uint64_t version_ = 0;             // counts puts and erasures
-  std::vector<uint32_t> free_bits_;  // kept sorted descending; back() is lowest
-  size_t grouped_ = 0;               // entries whose params.group is set
+  uint32_t oldest_ = kNone, newest_ = kNone;  // the LRU list's ends
+  uint64_t version_ = 0;                      // counts puts and erasures
+  /// Free bits, lowest on top: every rank reuses the same one.
+  std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>> free_bits_;
+  size_t grouped_ = 0;  // entries whose params.group is set
+  /// Hashes of the names of the last evictions, oldest first, and how often each is there.
+  std::deque<uint64_t> evicted_order_;
+  std::unordered_map<uint64_t, uint32_t> evicted_;
+  int growths_ = 0;
+  uint64_t evictions_ = 0;
 };
 
 }  // namespace hvd::core

@@ -179,6 +179,8 @@ class Controller {
   void coordinator_emit(const std::string& name, std::vector<Response>* ready);
   void coordinator_fail_groups(const std::vector<int>& joined, std::vector<Response>* ready);
   void cache_new_responses(const std::vector<Response>& responses, bool any_joined);
+  /// The cache grew while caching a round's responses: the pending bits follow it.
+  void note_cache_growth();
   /// Groups are cached whole or not at all (controller_groups.cc): after the cache changed,
   /// the members of every group not wholly cached are evicted (on every rank alike: the caches
   /// are equal) and their pending requests go to rank 0, as the whole group's will.
@@ -215,6 +217,7 @@ class Controller {
   StallClock clock_;
   ResponseCache cache_;
   bool cache_enabled_;
+  bool cache_growth_logged_ = false;
   std::vector<TensorEntry*> uncached_;  // to send at the next full round
   // Cached requests waiting for all ranks: by cache bit, and as the round's bit vector.
   std::vector<TensorEntry*> pending_;
