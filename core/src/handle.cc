@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <memory>
 #include <shared_mutex>
 #include <thread>
@@ -17,27 +16,6 @@ namespace core {
 namespace {
 
 std::atomic<int> g_waiting{0};
-
-// A wait listener. Waiting threads run it under `gate` shared (several at once);
-// remove_wait_listener() takes `gate` exclusively to know that no call runs any more.
-struct Listener {
-  std::shared_mutex gate;
-  bool removed = false;  // gate (exclusive to write)
-  std::function<void()> fn;
-};
-
-// The registry's lock is held only to copy or change the list, never while a listener runs:
-// waiting threads do not serialise on it (lock order: Listener::gate -> what fn takes).
-struct Listeners {
-  std::mutex mu;
-  std::map<uint64_t, std::shared_ptr<Listener>> fns;
-  uint64_t next = 1;
-};
-
-Listeners& listeners() {
-  static Listeners* l = new Listeners();  // never destroyed: runtimes may outlive statics
-  return *l;
-}
 
 // Recycled handle-state blocks: a burst of collectives allocates and frees them in bursts
 // larger than malloc's per-thread cache, which then costs several hundred instructions each.
@@ -169,47 +147,16 @@ std::shared_ptr<HandleState> new_handle_state() {
 
 int waiting_users() { return g_waiting.load(std::memory_order_relaxed); }
 
-uint64_t add_wait_listener(std::function<void()> f) {
-  auto entry = std::make_shared<Listener>();
-  entry->fn = std::move(f);
-  Listeners& l = listeners();
-  std::lock_guard<std::mutex> lk(l.mu);
-  l.fns.emplace(l.next, std::move(entry));
-  return l.next++;
+void WaitGroup::enter() {
+  waiting_.fetch_add(1, std::memory_order_relaxed);
+  std::shared_lock<std::shared_mutex> gate(gate_);
+  if (!closed_ && on_wait_) on_wait_();
 }
 
-void remove_wait_listener(uint64_t id) {
-  std::shared_ptr<Listener> entry;
-  {
-    Listeners& l = listeners();
-    std::lock_guard<std::mutex> lk(l.mu);
-    auto it = l.fns.find(id);
-    if (it == l.fns.end()) return;
-    entry = std::move(it->second);
-    l.fns.erase(it);
-  }
-  // A thread may have copied the list before the erase: once we hold the gate, no call of
-  // fn runs, and none starts (removed).
-  std::unique_lock<std::shared_mutex> gate(entry->gate);
-  entry->removed = true;
+void WaitGroup::close() {
+  std::unique_lock<std::shared_mutex> gate(gate_);
+  closed_ = true;
 }
-
-namespace {
-// Runs every wait listener on this (user) thread, without holding the registry's lock.
-void notify_wait_listeners() {
-  std::vector<std::shared_ptr<Listener>> now;
-  {
-    Listeners& l = listeners();
-    std::lock_guard<std::mutex> lk(l.mu);
-    now.reserve(l.fns.size());
-    for (auto& kv : l.fns) now.push_back(kv.second);
-  }
-  for (auto& entry : now) {
-    std::shared_lock<std::shared_mutex> gate(entry->gate);
-    if (!entry->removed) entry->fn();
-  }
-}
-}  // namespace
 
 bool Completion::poll(Status* s) {
   if (has_failed_.load(std::memory_order_acquire)) {
@@ -363,14 +310,18 @@ const Status& Handle::settled() const {
   // The common case: done, no device work left (device_done) to look at.
   if (s_->done() && s_->device_done.load(std::memory_order_acquire)) return s_->final_status();
   if (!s_->done()) {
+    core::WaitGroup* group = s_->waiters.get();
+    // A joined handle: its parts' runtimes learn of the wait through the parts.
+    if (!group && s_->extra_if()) wait_parts();
     core::g_waiting.fetch_add(1, std::memory_order_relaxed);
-    core::notify_wait_listeners();
+    if (group) group->enter();
     {
       std::unique_lock<std::mutex> lk(s_->mu);
       s_->state.fetch_add(core::HandleState::kWatcher, std::memory_order_relaxed);
       s_->cv.wait(lk, [&] { return s_->done(); });
       s_->state.fetch_sub(core::HandleState::kWatcher, std::memory_order_relaxed);
     }
+    if (group) group->leave();
     core::g_waiting.fetch_sub(1, std::memory_order_relaxed);
   }
   // Device work launched by the background thread: look at it ourselves rather than making
@@ -378,6 +329,13 @@ const Status& Handle::settled() const {
   core::poll_with_backoff([this] { return s_->device_settled(); });
   // Written before done / device_done were set (release), read after (acquire).
   return s_->final_status();
+}
+
+void Handle::wait_parts() const {
+  // The parts were set before the handle was shared (join_handles), and never change.
+  for (const auto& w : s_->extra_if()->parts) {
+    if (auto p = w.lock()) (void)Handle(std::move(p)).wait_status();
+  }
 }
 
 const TensorView& Handle::output() const {

@@ -181,19 +181,15 @@ Status Runtime::execute_process_set_op(const Response& r, TensorEntry* e) {
     set_ranks_.erase(id);
   }
   if (child) {
-    // Bounded: the global set's thread must never hang on one set. A set that did not stop
-    // within the grace fails what it still holds and is left to finish on its own thread.
-    const auto limit = parts_.shutdown_grace;
-    const std::string ms = std::to_string(limit.count());
-    const bool stopped = child->stop_within(
-        limit, aborted("process set " + std::to_string(id) +
-                       " was removed, but its runtime did not stop within " + ms +
-                       " ms (a collective or round of it is stuck); its work is failed and "
-                       "its thread left to end on its own"));
-    if (!stopped) {
-      HVD_LOG(Warning) << "process set " << id << " did not stop within " << ms
-                       << " ms of its removal; its remaining work was failed";
-    }
+    // The set's members stop its runtime together (a negotiated shutdown of the set), each on
+    // the set's own thread: the global set's thread never waits for it (a set stuck in a call
+    // that never returns would stop every set). shutdown() waits for it, bounded.
+    child->request_stop();
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    stopping_.erase(std::remove_if(stopping_.begin(), stopping_.end(),
+                                   [](const std::weak_ptr<Runtime>& w) { return w.expired(); }),
+                    stopping_.end());
+    stopping_.push_back(child);
   }
   e->handle->result = id;
   return Status::OK();
@@ -221,16 +217,44 @@ bool Runtime::stop_within(std::chrono::milliseconds limit, const Status& late) {
   return exited;
 }
 
-void Runtime::shutdown_children() {
-  std::map<int32_t, std::shared_ptr<Runtime>> children;
-  {
-    std::lock_guard<std::mutex> lk(sets_mu_);
-    children.swap(children_);
-    set_ranks_.clear();
+void Runtime::request_stop() {
+  std::lock_guard<std::mutex> lk(mu_);
+  shutdown_requested_ = true;
+  cv_.notify_all();
+}
+
+std::vector<std::shared_ptr<Runtime>> Runtime::set_runtimes(bool take) {
+  std::vector<std::shared_ptr<Runtime>> sets;
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  for (auto& kv : children_) sets.push_back(kv.second);  // ascending ids
+  for (auto& w : stopping_) {
+    if (auto c = w.lock()) sets.push_back(std::move(c));
   }
-  // Ascending ids on every rank: each set's shutdown waits only for that set's members, who
-  // reach it after the same earlier sets.
-  for (auto& kv : children) kv.second->shutdown();
+  if (take) {
+    children_.clear();
+    set_ranks_.clear();
+    stopping_.clear();
+  }
+  return sets;
+}
+
+void Runtime::stop_children(const std::vector<std::shared_ptr<Runtime>>& sets) {
+  const auto grace = parts_.shutdown_grace;
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  for (const auto& c : sets) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const std::string id = std::to_string(c->process_set_id());
+    const bool stopped = c->stop_within(
+        std::max(left, std::chrono::milliseconds(0)),
+        aborted("process set " + id + " did not stop within " + std::to_string(grace.count()) +
+                " ms of shutdown() (a collective or round of it is stuck); its work is "
+                "failed and its thread left to end on its own"));
+    if (!stopped) {
+      HVD_LOG(Warning) << "process set " << id << " did not stop within " << grace.count()
+                       << " ms of shutdown(); its remaining work was failed";
+    }
+  }
 }
 
 }  // namespace hvd::core

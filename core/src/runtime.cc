@@ -29,6 +29,11 @@ Runtime::Runtime(Config config, RuntimeParts parts)
       size_(parts_.transport->size()),
       timeline_slot_(std::make_shared<TimelineSlot>()),
       stall_(config_) {
+  // Runs on a user thread that starts waiting on one of this runtime's handles.
+  waiters_ = std::make_shared<WaitGroup>([this] {
+    std::lock_guard<std::mutex> l(mu_);
+    if (settling_) cv_.notify_one();
+  });
   controller_.set_stall_threshold(stall_.threshold_s());
   timeline_slot_->writes = writes_timeline();
   if (!config_.timeline.empty()) {
@@ -74,17 +79,10 @@ void Runtime::share_timeline(const Runtime& global, std::vector<int32_t> global_
 
 Runtime::~Runtime() {
   shutdown();
-  if (wait_listener_) remove_wait_listener(wait_listener_);
+  waiters_->close();  // handles outliving this runtime no longer call into it
 }
 
 void Runtime::start() {
-  // Registered before taking mu_: the listener runs under the registry's lock and takes mu_.
-  if (!wait_listener_) {
-    wait_listener_ = add_wait_listener([this] {
-      std::lock_guard<std::mutex> l(mu_);
-      if (settling_) cv_.notify_one();
-    });
-  }
   std::lock_guard<std::mutex> lk(mu_);
   if (thread_.joinable() || stopped_) return;
   loop_exited_ = false;
@@ -157,16 +155,16 @@ Handle Runtime::enqueue_slot(const std::string& name, FunctionRef<bool(TensorEnt
     lk.unlock();
     return refuse(fill, st);
   }
-  if (shutdown_requested_) {
-    lk.unlock();
-    return refuse(fill, aborted("submitted while hvd is shutting down"));
-  }
-  if (removals_ > 0) {
+  if (removals_ > 0) {  // before shutdown_requested_: a removed set stops as it is removed
     lk.unlock();
     return refuse(fill, aborted("process set " + std::to_string(parts_.process_set) +
                                 " is being removed (remove_process_set(" +
                                 std::to_string(parts_.process_set) +
                                 ") was called on this rank before this collective)"));
+  }
+  if (shutdown_requested_) {
+    lk.unlock();
+    return refuse(fill, aborted("submitted while hvd is shutting down"));
   }
   // A runtime serves one process set: the name is the key. The slot of a finished collective
   // stays, so the next one with its name reuses its memory (and its negotiation hint).
@@ -212,6 +210,8 @@ Handle Runtime::enqueue_slot(const std::string& name, FunctionRef<bool(TensorEnt
   slot.submitted =
       stamp ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   if (!slot.handle) slot.handle = take_handle_state(&slot);
+  // Not shared yet (a recycled state of this slot has it already).
+  if (slot.handle->waiters != waiters_) slot.handle->waiters = waiters_;
   Handle h(slot.handle);
   Request& r = slot.request;
   Status bad;
@@ -409,7 +409,7 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
       size_t seen = queue_.size();
       settling_ = true;
       auto done = [&] {
-        return stopped_ || shutdown_requested_ || waiting_users() > 0 || burst_complete();
+        return stopped_ || shutdown_requested_ || waiters_->waiting() > 0 || burst_complete();
       };
       while (!done() && std::chrono::steady_clock::now() < cap) {
         if (order_followed_) {
@@ -502,7 +502,15 @@ void Runtime::release_leftovers() {
 }
 
 void Runtime::shutdown() {
-  shutdown_children();
+  // Every process set starts its own negotiated shutdown now, concurrently with this set's:
+  // none waits for another, and once this set agreed (every rank called shutdown()), every
+  // rank has asked every set to stop, so the wait for them can be bounded.
+  for (auto& c : set_runtimes(false)) c->request_stop();
+  shutdown_own();
+  stop_children(set_runtimes(true));
+}
+
+void Runtime::shutdown_own() {
   std::unique_lock<std::mutex> lk(mu_);
   shutdown_requested_ = true;
   cv_.notify_all();

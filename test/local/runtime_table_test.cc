@@ -147,7 +147,7 @@ TEST_CASE("a name's handle states are recycled only once nothing else refers to 
   a.first = Handle();
   auto d = both("r", {5, 6}, {50, 60});
   REQUIRE(d.second == std::vector<int32_t>{55, 66});
-  if (core::kRecyclesHandleStates) REQUIRE(d.first.state() == first);
+  REQUIRE(d.first.state() == first);
   REQUIRE(d.first.wait_status().ok());
   // A part of join_handles() (which refers to it weakly) is never recycled.
   core::HandleState* joined = d.first.state();
@@ -166,9 +166,7 @@ TEST_CASE("a name's handle states are recycled only once nothing else refers to 
   bad.first = Handle();
   auto m1 = both("m", {1, 2}, {3, 4});
   auto m2 = both("m", {2, 2}, {3, 3});
-  if (core::kRecyclesHandleStates) {
-    REQUIRE((m1.first.state() == failed || m2.first.state() == failed));
-  }
+  REQUIRE((m1.first.state() == failed || m2.first.state() == failed));
   REQUIRE(m1.first.wait_status().ok());
   REQUIRE(m2.first.wait_status().ok());
   REQUIRE(m2.second == std::vector<int32_t>{5, 5});

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Handle states: callbacks (then) and the wait listeners, without a runtime.
+// Handle states: callbacks (then) and wait groups, without a runtime.
 #include "hvd/core/handle.h"
 
 #include <atomic>
@@ -62,7 +62,7 @@ TEST_CASE("one handle in two join_handles() completes both joins", "[unit]") {
   CHECK(j1.wait_status().message() == "a failed");
 }
 
-TEST_CASE("threads waiting at once run the wait listeners concurrently", "[unit]") {
+TEST_CASE("threads waiting at once run the wait group's listener concurrently", "[unit]") {
   // Each call of the listener waits (bounded) until two calls are inside it at once: were the
   // listeners run under one process-wide lock, the second waiter could not enter before the
   // first left, and both would see only one.
@@ -70,7 +70,7 @@ TEST_CASE("threads waiting at once run the wait listeners concurrently", "[unit]
   std::condition_variable cv;
   int inside = 0;
   int most = 0;
-  const uint64_t id = add_wait_listener([&] {
+  auto group = std::make_shared<WaitGroup>([&] {
     std::unique_lock<std::mutex> lk(mu);
     ++inside;
     most = std::max(most, inside);
@@ -80,6 +80,7 @@ TEST_CASE("threads waiting at once run the wait listeners concurrently", "[unit]
   });
   auto h1 = new_handle_state();
   auto h2 = new_handle_state();
+  h1->waiters = h2->waiters = group;
   std::thread t1([&] { (void)Handle(h1).wait_status(); });
   std::thread t2([&] { (void)Handle(h2).wait_status(); });
   {
@@ -90,22 +91,25 @@ TEST_CASE("threads waiting at once run the wait listeners concurrently", "[unit]
   h2->complete(Status::OK());
   t1.join();
   t2.join();
-  remove_wait_listener(id);
+  group->close();
   CHECK(most == 2);
+  CHECK(group->waiting() == 0);
 }
 
-TEST_CASE("remove_wait_listener returns only once no call of it runs", "[unit]") {
+TEST_CASE("WaitGroup::close returns only once no call of its listener runs", "[unit]") {
   std::atomic<bool> entered{false}, left{false};
-  const uint64_t id = add_wait_listener([&] {
+  auto group = std::make_shared<WaitGroup>([&] {
     entered = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     left = true;
   });
   auto hs = new_handle_state();
+  hs->waiters = group;
   std::thread waiter([&] { (void)Handle(hs).wait_status(); });
   while (!entered) std::this_thread::yield();
-  remove_wait_listener(id);
+  group->close();
   CHECK(left.load());
+  CHECK(group->waiting() == 1);  // still waiting, counted: close() ends only the listener
   hs->complete(Status::OK());
   waiter.join();
 }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "hvd/core/status.h"
@@ -52,19 +53,44 @@ class Completion {
 
 struct HandleState;
 
-/// Whether HandleState::recycle() can recycle in this build: not under ThreadSanitizer, which
-/// does not model the fence that orders it after the last user's accesses (it would report
-/// races that are none).
+/// The user threads waiting on the handles of one runtime: the runtime owns one, and each
+/// handle state it hands out points at it (HandleState::waiters), so that a thread waiting on
+/// one runtime's handle changes nothing for another runtime (process set), and a wait takes
+/// no lock but this group's gate (shared).
+class WaitGroup {
+ public:
+  /// `on_wait` runs on a user thread each time it starts waiting on an unfinished handle of
+  /// this group (it must not block), until close(). Lock contract: the gate is held (shared)
+  /// around it, so `on_wait` may take locks that are not held around close() (the runtime's
+  /// takes Runtime::mu_); threads starting to wait at once run it at once.
+  explicit WaitGroup(std::function<void()> on_wait) : on_wait_(std::move(on_wait)) {}
+  /// User threads inside Handle::wait() on an unfinished handle of this group right now.
+  int waiting() const { return waiting_.load(std::memory_order_relaxed); }
+  /// on_wait never runs again; returns once no call of it runs.
+  void close();
+  /// Handle::wait(): counts the calling thread in (and runs on_wait), then out.
+  void enter();
+  void leave() { waiting_.fetch_sub(1, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int> waiting_{0};
+  std::shared_mutex gate_;
+  bool closed_ = false;  // gate_ (exclusive to write)
+  std::function<void()> on_wait_;
+};
+
+/// Whether this is a ThreadSanitizer build: TSan does not model std::atomic_thread_fence, so
+/// HandleState::recycle() orders itself there by an operation it does model.
 #if defined(__SANITIZE_THREAD__)
-inline constexpr bool kRecyclesHandleStates = false;
+inline constexpr bool kThreadSanitizer = true;
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-inline constexpr bool kRecyclesHandleStates = false;
+inline constexpr bool kThreadSanitizer = true;
 #else
-inline constexpr bool kRecyclesHandleStates = true;
+inline constexpr bool kThreadSanitizer = false;
 #endif
 #else
-inline constexpr bool kRecyclesHandleStates = true;
+inline constexpr bool kThreadSanitizer = false;
 #endif
 
 /// What few collectives use (device work, outputs sized by negotiation, joined parts): kept
@@ -113,6 +139,10 @@ struct HandleState {
   Status status;
   /// join: the last rank to join; add_process_set: the new set's id.
   int64_t result = -1;
+  /// Who waits on this handle (the runtime that runs it; null for a handle no runtime runs,
+  /// such as join_handles()'s, whose waiters count on each part's). Set before it is shared,
+  /// kept across recycling (a state is recycled for the same runtime).
+  std::shared_ptr<WaitGroup> waiters;
 
  private:
   bool notify_ = false;  // settle() found a watcher (mu); read by wake() on the same thread
@@ -151,10 +181,8 @@ struct HandleState {
   /// cannot be: still shared, not completed, or pinned.
   static bool recycle(const std::shared_ptr<HandleState>& owner) {
     HandleState* h = owner.get();
-    // use_count() is a relaxed read: the fence orders it before the writes below, after every
-    // access of the threads whose references are gone (each dropped its own with acq_rel).
-    if (!kRecyclesHandleStates || !h || owner.use_count() != 1) return false;
-    std::atomic_thread_fence(std::memory_order_acquire);
+    if (!h || owner.use_count() != 1) return false;
+    after_last_users(owner);
     if (!(h->state.load(std::memory_order_relaxed) & kDone) ||
         h->pinned.load(std::memory_order_relaxed)) {
       return false;
@@ -167,6 +195,19 @@ struct HandleState {
     h->notify_ = false;
     if (!h->status.ok() || h->callback_ || h->extra_) h->clear_rest();
     return true;
+  }
+
+  /// Orders what follows after every access of the threads whose references to `owner` are
+  /// gone: each dropped its own with an acq_rel decrement, and use_count() is a relaxed read.
+  /// A fence, or, under ThreadSanitizer (which ignores fences), an acquire on the count itself:
+  /// a copy and its drop, read-modify-writes that continue the release sequence of every
+  /// earlier drop (nobody else holds `owner` to race with them).
+  static void after_last_users(const std::shared_ptr<HandleState>& owner) {
+    if constexpr (kThreadSanitizer) {
+      std::shared_ptr<HandleState> probe(owner);
+    } else {
+      std::atomic_thread_fence(std::memory_order_acquire);
+    }
   }
 
   /// complete(OK) in its common case, without the lock: true when nobody waits, no callback
@@ -211,17 +252,10 @@ struct HandleState {
 /// A new handle state; its memory is recycled (cheaper than malloc for bursts of thousands).
 std::shared_ptr<HandleState> new_handle_state();
 
-/// User threads inside Handle::wait() on an unfinished handle right now. While one waits, the
-/// background threads stop gathering a burst and poll a late peer instead of sleeping: the
-/// waiting thread leaves its core to them.
+/// User threads inside Handle::wait() on an unfinished handle of any runtime right now. While
+/// one waits, the MPI transport polls a late peer instead of sleeping: the waiting thread
+/// leaves its core to it. (A runtime's burst settling asks its own WaitGroup.)
 int waiting_users();
-/// `f` runs on a user thread each time it starts waiting (it must not block). Returns an id for
-/// remove_wait_listener(), which returns once `f` is no longer running. Lock contract: the
-/// registry's lock is never held while `f` runs (threads waiting at once run listeners at
-/// once); each listener's own gate is (shared), so `f` may take locks that are not held
-/// around remove_wait_listener() (the runtime's takes Runtime::mu_).
-uint64_t add_wait_listener(std::function<void()> f);
-void remove_wait_listener(uint64_t id);
 
 }  // namespace core
 
@@ -256,6 +290,7 @@ class Handle {
  private:
   const Status& settled() const;  // waits (s_ set); the final status, in the state
   void wait_slow() const;
+  void wait_parts() const;  // a joined handle: waits on each part first
   std::shared_ptr<core::HandleState> s_;
 };
 

@@ -52,7 +52,8 @@ struct RuntimeParts {
   StallClock clock{};
   /// How long shutdown() waits, after an abort, for a background thread stuck in a transport
   /// call before it leaves the thread behind (see Runtime::shutdown); on the global set, also
-  /// how long removing a process set waits for the set's runtime to stop (then it is aborted).
+  /// how long shutdown() waits for the process sets' runtimes once the global set agreed to
+  /// shut down (then they are aborted). Removing a process set never waits for its runtime.
   std::chrono::milliseconds shutdown_grace{10000};
 };
 
@@ -157,6 +158,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
     std::atomic<uint64_t> ages_noted{0};
   };
   const Stats& stats() const { return stats_; }
+  /// User threads waiting right now on an unfinished handle of this runtime (not of another
+  /// runtime or process set): while there is one, the loop stops gathering a burst.
+  int waiting_users() const { return waiters_->waiting(); }
   /// The pool of hvd-allocated outputs of this process set.
   const OutputPool& output_pool() const { return *pool_; }
   /// Set when the runtime stopped for good (shutdown agreed or aborted): the reason.
@@ -208,10 +212,20 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// Process set runtimes (before start()): write to the global set's timeline; `global_ranks`
   /// translates the set's ranks for it.
   void share_timeline(const Runtime& global, std::vector<int32_t> global_ranks);
-  void shutdown_children();
-  /// A process set's removal (called on the global set's thread): shutdown() that waits at
-  /// most `limit` for the loop to end, then aborts with `late` (failing what is left) and
-  /// leaves the thread to end on its own, holding its reference. True when it stopped in time.
+  /// shutdown() without the process sets' part.
+  void shutdown_own();
+  /// Asks the loop to stop (its shutdown is negotiated with the set's other ranks) without
+  /// waiting for it.
+  void request_stop();
+  /// The process sets' runtimes, removed ones still stopping included.
+  std::vector<std::shared_ptr<Runtime>> set_runtimes(bool take);
+  /// shutdown() of the process sets once the global set agreed to shut down: by then every
+  /// rank has asked every set to stop, so a set that does not stop within the grace is stuck
+  /// (a call that never returns): it is aborted and its thread left behind.
+  void stop_children(const std::vector<std::shared_ptr<Runtime>>& sets);
+  /// shutdown() that waits at most `limit` for the loop to end, then aborts with `late`
+  /// (failing what is left) and leaves the thread to end on its own, holding its reference.
+  /// True when it stopped in time.
   bool stop_within(std::chrono::milliseconds limit, const Status& late);
 
   // Lock contract (the whole order: docs/internals.md, "The lock contract"). "mu_": guarded by
@@ -219,8 +233,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   // run_once()'s caller when not started); "const": set by the constructor. Handles are
   // completed, and their callbacks run, only after mu_ is released (a callback may submit).
   // Under mu_ only: Completion::mu_ (abort() fails outstanding device work) and the device
-  // executor's prepare_input() (Executor's rule: it must not block). Held around mu_: a wait
-  // listener's gate (a waiting user thread runs this runtime's listener, which takes mu_).
+  // executor's prepare_input() (Executor's rule: it must not block). Held around mu_: the gate
+  // of waiters_ (a user thread starting to wait on this runtime's handle runs its listener,
+  // which takes mu_).
   // sets_mu_ and TimelineSlot::mu are leaves: nothing else is taken, and no child
   // runtime is called, while one of them is held.
   Config config_;          // const
@@ -296,11 +311,13 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   bool shutdown_requested_ = false;         // mu_
   // mu_: the loop is blocked waiting for the first request of a burst (enqueue wakes it).
   bool sleeping_ = false;
-  bool pausing_ = false;        // mu_: backing off after fruitless rounds (new work ends it)
-  bool woken_ = false;          // mu_: a submission notified the sleeping or pausing loop
-  bool settling_ = false;       // mu_: gathering a burst (a waiting user thread ends it)
-  uint64_t wait_listener_ = 0;  // set by start(), removed by the destructor
-  int fruitless_rounds_ = 0;    // loop: consecutive rounds that matched nothing
+  bool pausing_ = false;   // mu_: backing off after fruitless rounds (new work ends it)
+  bool woken_ = false;     // mu_: a submission notified the sleeping or pausing loop
+  bool settling_ = false;  // mu_: gathering a burst (a waiting user thread ends it)
+  // const: who waits on this runtime's handles (its listener ends settling; closed by the
+  // destructor). Handles keep it alive.
+  std::shared_ptr<WaitGroup> waiters_;
+  int fruitless_rounds_ = 0;  // loop: consecutive rounds that matched nothing
   std::chrono::steady_clock::time_point round_end_{};  // loop: when the last round ended
   // The last round said rank 0 records late ranks (it needs every rank's submission times).
   std::atomic<bool> ages_flagged_{false};
@@ -336,8 +353,10 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   // Process sets (global runtime only). sets_mu_ is never held while calling into a child.
   mutable std::mutex sets_mu_;
   std::map<int32_t, std::shared_ptr<Runtime>> children_;  // sets this rank is a member of
-  std::map<int32_t, std::vector<int32_t>> set_ranks_;     // every set: its global ranks
-  int32_t next_set_id_ = 1;                               // loop (the global set's)
+  // Removed sets whose runtimes are still stopping (their threads own them meanwhile).
+  std::vector<std::weak_ptr<Runtime>> stopping_;
+  std::map<int32_t, std::vector<int32_t>> set_ranks_;  // every set: its global ranks
+  int32_t next_set_id_ = 1;                            // loop (the global set's)
   std::atomic<uint64_t> set_ops_{0};  // names of add/remove requests (user threads)
   // mu_ (of a process set's runtime): remove_process_set calls on this rank not yet executed
   // or failed; while non-zero, enqueue refuses (see remove_process_set).
