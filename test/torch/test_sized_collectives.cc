@@ -103,7 +103,7 @@ TEST_CASE("torch grouped_allgather returns one output per tensor", "[mpi]") {
   REQUIRE(outs.size() == 2);
   CHECK(same(outs[0], torch::cat(a)));
   CHECK(same(outs[1], torch::cat(b)));
-  CHECK_THROWS_WITH(hvd::grouped_allgather({}, "gag.none"), Contains("no tensors"));
+  CHECK_THROWS_WITH(hvd::grouped_allgather({}, "gag.none"), Contains("an empty list of tensors"));
 }
 
 TEST_CASE("torch alltoall routes uneven splits and reports received splits", "[mpi]") {

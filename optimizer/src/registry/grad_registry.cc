@@ -29,28 +29,40 @@ GradRegistry::GradRegistry(GradFrontend& frontend, size_t bucket_bytes)
 
 bool GradRegistry::has_live_name(const std::string& name) const {
   Lock lk(*this);
-  return by_wire_.count("grad." + name) > 0;
+  for (const auto& [key, e] : by_wire_) {
+    if (key.second == "grad." + name) return true;
+  }
+  return false;
 }
 
-std::string GradRegistry::new_wire_name(const ParamSpec& p, const std::string& name) {
-  if (!p.wire.empty() && !by_wire_.count(p.wire)) return p.wire;
+bool GradRegistry::usable_hint(const ParamSpec& p, int32_t set) const {
+  return !p.wire.empty() && numbered(set, p.wire) && !by_wire_.count({set, p.wire});
+}
+
+std::string GradRegistry::new_wire_name(const ParamSpec& p, const std::string& name, int32_t set) {
+  if (usable_hint(p, set)) return p.wire;
   const std::string base = "grad." + name;
   for (;;) {
-    const uint64_t n = ++wire_numbers_[base];
+    const uint64_t n = ++wire_numbers_[{set, base}];
     std::string w = n == 1 ? base : base + "#" + std::to_string(n);
-    if (!issued_to_another(w, base) && !by_wire_.count(w)) return w;
+    // Taken when it is another name's number ("x#2" as a name of its own, or as x's second).
+    const bool other = n == 1 ? numbered_suffix(set, w) : wire_numbers_.count({set, w}) > 0;
+    if (!other && !by_wire_.count({set, w})) return w;
   }
 }
 
-bool GradRegistry::issued_to_another(const std::string& w, const std::string& base) const {
-  if (w != base) return wire_numbers_.count(w) > 0;  // "<base>#n" taken as a name of its own
-  // "x#n" as a name of its own: taken when name "x" reached its number n.
+bool GradRegistry::numbered(int32_t set, const std::string& w) const {
+  return wire_numbers_.count({set, w}) > 0 || numbered_suffix(set, w);
+}
+
+bool GradRegistry::numbered_suffix(int32_t set, const std::string& w) const {
   const size_t hash = w.rfind('#');
   if (hash == std::string::npos || hash + 1 == w.size() || w[hash + 1] == '0') return false;
   if (w.find_first_not_of("0123456789", hash + 1) != std::string::npos) return false;
   if (w.size() - hash > 19) return false;  // more than any count reaches
-  auto it = wire_numbers_.find(w.substr(0, hash));
-  return it != wire_numbers_.end() && it->second >= std::stoull(w.substr(hash + 1));
+  const uint64_t k = std::stoull(w.substr(hash + 1));
+  auto it = wire_numbers_.find({set, w.substr(0, hash)});
+  return k >= 2 && it != wire_numbers_.end() && it->second >= k;
 }
 
 Status GradRegistry::validate(const std::string& label, const std::vector<ParamSpec>& params,
@@ -125,16 +137,16 @@ Result<EntryList> GradRegistry::add(int64_t owner, const std::string& label,
       e->param = std::move(p.param);
       if (!p.name.empty()) {
         e->name = p.name;
-      } else if (!p.wire.empty() && !by_wire_.count(p.wire)) {
+      } else if (usable_hint(p, settings.process_set)) {
         e->name = p.wire.substr(5);  // registered before: its automatic name again
       } else {
         e->name = "param." + std::to_string(auto_names_++);
       }
-      e->wire = new_wire_name(p, e->name);
+      e->wire = new_wire_name(p, e->name, settings.process_set);
       e->settings = settings;
       e->param->attach(e);
       by_key_[e->key] = e;
-      by_wire_[e->wire] = e;
+      by_wire_[{settings.process_set, e->wire}] = e;
     }
     if (std::none_of(e->owners.begin(), e->owners.end(),
                      [owner](const auto& o) { return o.first == owner; })) {
@@ -203,7 +215,7 @@ void GradRegistry::remove_locked(Lock& lk, int64_t owner, const EntryList& entri
       e->group.reset();
     }
     by_key_.erase(e->key);
-    by_wire_.erase(e->wire);
+    by_wire_.erase({e->settings.process_set, e->wire});
   }
 }
 

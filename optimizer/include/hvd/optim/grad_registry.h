@@ -5,25 +5,42 @@
 // by the framework's GradFrontend. The libtorch optimizer (optimizer/src/torch_grad_ops.cc) and
 // the Python binding (bindings/src/py_registry.cc) drive the same rules.
 //
-// One entry per parameter tensor, whatever number of optimizers hold it: one reduction per
-// parameter per backward pass. Each entry walks a small state machine:
+// One entry per parameter tensor, whatever number of optimizers hold it. Each entry walks a small
+// state machine:
 //
 //   kClean --pre-hook--> kAccumulating --post-hook, passes == backward_passes_per_step (and every
-//   group mate ready)--> kQueued (waiting for its bucket or the end of the backward pass)
-//   --submitted--> kInFlight --waited for--> kClean (.grad holds the reduced gradient)
+//   group mate ready, and no reduction of it in flight)--> kQueued (waiting for its bucket or the
+//   end of the backward pass) --submitted--> kInFlight --completed--> kClean (.grad holds the
+//   reduced gradient)
 //
 // kClean means: .grad holds a value that is the same on every rank (a reduction's result, zeros
 // after zero_grad(), or nothing). A backward pass that starts accumulating into such a gradient
 // first sets it aside (GradParam::stash; a pointer move, no copy), so that only what the pass adds
 // is reduced and the set-aside value is added back afterwards: several backward passes before a
 // step, module.zero_grad(), retain_graph, a second loss through a shared encoder all give the
-// gradients plain PyTorch would, for Sum as for Average. A pass that starts while the entry's
-// reduction is in flight first waits for it (it has been submitted on every rank).
+// gradients plain PyTorch would, for Sum as for Average. A pre-hook whose pass accumulates nothing
+// (torch.autograd.grad) is undone when the pass ends: .grad is left as it was.
+//
+// No rank ever waits inside a backward pass: which parameters a pass reaches, and how many passes
+// come before a step, may differ between ranks (a data-dependent branch, a mixture of experts).
+// A pass that starts while the entry's reduction is in flight takes the gradient away from it
+// (GradParam::release): the reduction goes on "aside" and its result is added to the set-aside
+// value when it completes. A name is only ever in flight once, so the entry's next reduction
+// waits (accumulating locally) until that one completed; nothing blocks.
+//
+// Reductions pair across ranks by name in submission order, so each rank's k-th reduction of an
+// entry since the last agreement meets every other rank's k-th. synchronize() is the agreement:
+// it submits what has not been (the ranks where a parameter got no gradient contribute zeros,
+// under the same name), exchanges with one small allreduce (max) how many reductions each
+// entry has had on each rank, and every rank with fewer submits zeros until all have as many.
+// Reductions are sums, so the total is one process's gradient whatever the pairing: every rank
+// ends with the same bits. Zeroing a gradient (zero_grad(), or module.zero_grad() seen at the
+// next pass) drops the reductions started before it; the agreement checks that every rank
+// dropped as many, and otherwise fails on every rank (a reduction then mixed dropped and kept
+// gradients), saying to step or synchronize before zeroing.
 //
 // A kClean entry remembers the owners (optimizers) that have not stepped on its reduction yet
-// ("pending"): their synchronize() reuses it. synchronize() submits every entry of its optimizer
-// that is neither in flight nor pending for it: the ranks where a parameter got no gradient
-// contribute zeros under the same name, so every rank submits the same names and nobody hangs.
+// ("pending"): their synchronize() reuses it.
 //
 // Names on the wire: "grad.<name>", the first name given for the tensor (or "param.<n>" in
 // registration order). Each registration of a new tensor under a name takes that name's next
@@ -91,6 +108,17 @@ class GradParam {
   virtual void stash() = 0;
   /// Forgets what stash() set aside (the gradient is being zeroed).
   virtual void drop_stash() = 0;
+  /// A pass begins while .grad is being reduced: .grad becomes empty, the reduction keeps its
+  /// tensor (its result will be added to what stash() set aside).
+  virtual void release() = 0;
+  /// The pass of the last stash() (`released` false) or release() (true) accumulated nothing
+  /// (torch.autograd.grad): puts back what it took from .grad, if .grad is still empty.
+  virtual void restore(bool released) = 0;
+  /// The reductions are over: adds what results were set aside to .grad (or makes it .grad).
+  virtual void settle() = 0;
+  /// True when .grad is still what the reduction in flight started from (neither replaced nor
+  /// changed in place).
+  virtual bool untouched() const = 0;
 };
 
 /// One submitted reduction; wait() is called without the registry's lock.
@@ -98,6 +126,8 @@ class GradReduction {
  public:
   virtual ~GradReduction() = default;
   virtual Status wait() = 0;
+  /// True once it finished (wait() then returns at once). Never blocks.
+  virtual bool done() = 0;
 };
 
 /// What the registry asks of the framework.
@@ -106,15 +136,26 @@ class GradFrontend {
   virtual ~GradFrontend() = default;
   /// Takes the registry's lock (Python: never blocks on it while holding the GIL).
   virtual void lock(std::mutex& mu) { mu.lock(); }
-  /// Starts reducing the current gradients of `params` (zeros where there is none) under `name`:
-  /// one allreduce, or one grouped allreduce when `grouped`.
+  /// Starts reducing the current gradients of `params` (zeros where there is none; zeros and
+  /// .grad untouched when `zeros`) under `name`: one allreduce, or one grouped allreduce when
+  /// `grouped`.
   virtual Result<std::shared_ptr<GradReduction>> submit(const std::vector<GradParam*>& params,
                                                         const std::string& name, bool grouped,
-                                                        const ReduceSettings& s) = 0;
-  /// The reduction `r` of `p` (member `index` of it) is over: `ok`: the gradient becomes the
-  /// result plus what stash() set aside (unless the user replaced or changed the gradient
-  /// meanwhile: then it is left as the user made it); not `ok`: the stash is dropped.
-  virtual void finish(GradParam& p, GradReduction& r, size_t index, bool ok) = 0;
+                                                        const ReduceSettings& s, bool zeros) = 0;
+  /// Where a finished reduction's result goes.
+  enum class Use {
+    kGrad,   ///< .grad becomes the result plus what stash() set aside (unless the user replaced
+             ///< or changed .grad meanwhile: then it is left as the user made it)
+    kAside,  ///< added to what stash() set aside (.grad is a later pass's)
+    kDrop,   ///< nowhere (the gradient was zeroed after it started)
+  };
+  /// The reduction `r` of `p` (member `index` of it) is over. Not `ok`: the stash is dropped.
+  virtual void finish(GradParam& p, GradReduction& r, size_t index, bool ok, Use use) = 0;
+  /// Element-wise maximum of `values` over the ranks of `process_set` (one allreduce named
+  /// `name`); blocks.
+  virtual Result<std::vector<int64_t>> agree(const std::string& name,
+                                             const std::vector<int64_t>& values,
+                                             int32_t process_set) = 0;
   /// Runs GradRegistry::end_of_pass() when the current backward pass ends; false when no backward
   /// pass is running (the caller then submits at once).
   virtual bool defer_to_end_of_pass() { return false; }
@@ -134,9 +175,17 @@ struct GradEntry {
   State state = State::kClean;
   int passes = 0;
   bool zeroed = false;  ///< zero_grad() of an owner since the last pass: nothing to set aside
-  std::shared_ptr<GradReduction> reduction;
-  size_t slot = 0;               ///< index in a grouped reduction
-  std::vector<int64_t> pending;  ///< owners that have not stepped on the reduced gradient
+  std::shared_ptr<GradReduction> reduction;  ///< the one in flight (its name is busy)
+  size_t slot = 0;                           ///< index in a grouped reduction
+  bool aside = false;          ///< `reduction` no longer reduces .grad (a later pass released it)
+  bool drop = false;           ///< `reduction`'s result is dropped (the gradient was zeroed)
+  int64_t rounds = 0;          ///< reductions started since the last agreement
+  int64_t discarded = 0;       ///< how many of those were dropped
+  bool open = false;           ///< a pre-hook set .grad aside and its pass has not accumulated yet
+  bool open_released = false;  ///< ... by release() (else by stash())
+  bool open_zeroed = false;    ///< `zeroed` before that pre-hook
+  std::vector<int64_t> open_pending;  ///< `pending` before that pre-hook
+  std::vector<int64_t> pending;       ///< owners that have not stepped on the reduced gradient
   std::string owner_labels() const;
 };
 
@@ -183,6 +232,9 @@ class GradRegistry {
   Status after_pass(const std::shared_ptr<GradEntry>& e);
   /// Submits what is queued (the frontend calls it when a backward pass ends).
   Status end_of_pass();
+  /// The end-of-pass call the frontend was asked for will not come (the pass raised): the next
+  /// registry call forgets it. Takes no lock (may run while the pass unwinds).
+  void pass_abandoned() { pass_abandoned_ = true; }
   /// Starts what has not started for `entries` and waits until all are reduced.
   Status synchronize(int64_t owner, const EntryList& entries);
   /// `owner` has applied the reduced gradients of `entries`.
@@ -205,16 +257,31 @@ class GradRegistry {
   Status validate(const std::string& label, const std::vector<ParamSpec>& params,
                   const ReduceSettings& settings,
                   const std::vector<std::vector<size_t>>& groups) const;
-  /// The wire name of a new entry for `p` (named `name`): p.wire, or the name's next number.
-  std::string new_wire_name(const ParamSpec& p, const std::string& name);
-  /// True when `w` was given out as the wire name of a name other than `base`.
-  bool issued_to_another(const std::string& w, const std::string& base) const;
+  /// The wire name of a new entry for `p` (named `name`) in process set `set`: p.wire, or the
+  /// name's next number in that set (names are unique per set, as negotiation needs; a rank
+  /// outside a set registers nothing there).
+  std::string new_wire_name(const ParamSpec& p, const std::string& name, int32_t set);
+  /// p.wire was given out in `set` and is not in use there.
+  bool usable_hint(const ParamSpec& p, int32_t set) const;
+  /// `w` was given out in `set`: as a name's first wire name or as one of its numbers.
+  bool numbered(int32_t set, const std::string& w) const;
+  /// `w` is "<x>#k" and name x reached its number k in `set`.
+  bool numbered_suffix(int32_t set, const std::string& w) const;
   void start_round(GradEntry& e);
   void set_aside(GradEntry& e);
+  void open_pass(GradEntry& e, bool released, bool zeroed);
+  void close_open_passes();
+  void check_abandoned();
+  void ensure_end_of_pass();
+  void discard(GradEntry& e);
+  void complete(GradEntry& e, bool ok);
+  void poll(GradEntry& e);
+  Status ready(const std::shared_ptr<GradEntry>& e);
   Status queue(const EntryList& entries, const std::string& group_name);
   Status flush();
-  Status submit(const EntryList& entries, const std::string& group_name);
+  Status submit(const EntryList& entries, const std::string& group_name, bool zeros = false);
   bool group_ready(const GradEntry::Group& g) const;
+  Status agree(Lock& lk, const EntryList& entries, std::vector<int64_t>& target);
   Waits in_flight(const EntryList& entries) const;
   void remove_locked(Lock& lk, int64_t owner, const EntryList& entries);
   void drain_deferred(Lock& lk);
@@ -225,12 +292,16 @@ class GradRegistry {
   size_t bucket_bytes_;
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<GradEntry>> by_key_;
-  std::unordered_map<std::string, std::shared_ptr<GradEntry>> by_wire_;
+  std::map<std::pair<int32_t, std::string>, std::shared_ptr<GradEntry>> by_wire_;  ///< (set, wire)
   uint64_t auto_names_ = 0;
-  std::unordered_map<std::string, uint64_t> wire_numbers_;  ///< "grad.<name>" -> numbers taken
+  std::map<std::pair<int32_t, std::string>, uint64_t> wire_numbers_;  ///< (set, "grad.<name>")
   std::vector<std::pair<EntryList, std::string>> queued_;
   size_t queued_bytes_ = 0;
   bool end_of_pass_queued_ = false;
+  std::atomic<bool> pass_abandoned_{false};
+  EntryList opened_;   ///< entries with `open` set
+  EntryList waiting_;  ///< ready while their name was busy: queued when it frees
+  Status failed_;      ///< a reduction that failed while completed by a poll: synchronize() says
   std::map<std::string, int64_t> submissions_;
   std::atomic<std::thread::id> holder_{};                ///< the thread holding mu_
   std::vector<std::pair<int64_t, EntryList>> deferred_;  ///< removals asked for by holder_
