@@ -42,11 +42,13 @@ Status init_rank(const CommSpec& c, int rank, int size, const ncclUniqueId& id, 
     cfg.blocking = 0;  // returns at once; progress is polled below
     const ncclResult_t rc = ncclCommInitRankConfig(comm, size, id, rank, &cfg);
     if (rc != ncclSuccess && rc != ncclInProgress) {
-      return nccl_error(rc, "ncclCommInitRankConfig", __FILE__, __LINE__);
+      const Status e = nccl_error(rc, "ncclCommInitRankConfig", __FILE__, __LINE__);
+      return Status(e.code(), e.message() + where);
     }
   }
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
+  bool warned = false;
   for (int i = 0;; ++i) {
     if (!stuck) {
       ncclResult_t state = ncclInProgress;
@@ -54,7 +56,8 @@ Status init_rank(const CommSpec& c, int rank, int size, const ncclUniqueId& id, 
       if (rc != ncclSuccess) return nccl_error(rc, "ncclCommGetAsyncError", __FILE__, __LINE__);
       if (state == ncclSuccess) return Status::OK();
       if (state != ncclInProgress) {
-        return nccl_error(state, "ncclCommInitRankConfig", __FILE__, __LINE__);
+        const Status e = nccl_error(state, "ncclCommInitRankConfig", __FILE__, __LINE__);
+        return Status(e.code(), e.message() + where);
       }
     }
     int flag = 0;
@@ -73,7 +76,14 @@ Status init_rank(const CommSpec& c, int rank, int size, const ncclUniqueId& id, 
       Status s = (*c.should_abort)();
       if (!s.ok()) return s;
     }
-    if (clock::now() - start >= c.timeout) {
+    const auto waited = clock::now() - start;
+    if (!warned && waited >= std::chrono::seconds(30) && c.timeout > std::chrono::seconds(60)) {
+      // The stall inspector runs on this thread, so this wait reports itself.
+      HVD_LOG(Warning) << "ncclCommInitRankConfig on cuda:" << c.device
+                       << " still running after 30 s; giving it up after " << seconds(c.timeout);
+      warned = true;
+    }
+    if (waited >= c.timeout) {
       return internal_error("ncclCommInitRankConfig did not finish within " + seconds(c.timeout) +
                             where +
                             (stuck ? " (HVD_TEST_FAULT=" + c.fault.spec + ": never started)" : ""));
