@@ -34,12 +34,22 @@ const Var kTimelineCycles{"HVD_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYC
 const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
 const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
 // Variables other parts of hvd read through their own layers (the launcher's test hosts, the
-// soak test, elastic mode's Python layer, rank wrapper and ElasticConfig, set by hvdrun --min-np).
-const char* const kOtherKnown[] = {
-    "HVD_TESTHOSTS_PREFIX",      "HVD_TESTHOSTS_SUBNET",        "HVD_TESTHOSTS_DIR",
-    "HVD_TESTHOSTS_PRIVATE_TMP", "HVD_SOAK_ITERATIONS",         "HVD_ELASTIC_STATE_DIR",
-    "HVD_ELASTIC_GENERATION",    "HVD_ELASTIC_COMPLETION_FILE", "HVD_ELASTIC_PROGRESS_FILE",
-    "HVD_ELASTIC_STEP_TIMEOUT",  "HVD_ELASTIC_HOSTS_FILE",      "HVD_ELASTIC_KEY"};
+// soak test, elastic mode's Python layer, rank wrapper and ElasticConfig, set by hvdrun --min-np), and two test-only ones: the
+// fault hook HVD_TEST_FAULT (ops/src/nccl) and the MPI test harness's per-case deadline.
+const char* const kOtherKnown[] = {"HVD_TESTHOSTS_PREFIX",
+                                   "HVD_TESTHOSTS_SUBNET",
+                                   "HVD_TESTHOSTS_DIR",
+                                   "HVD_TESTHOSTS_PRIVATE_TMP",
+                                   "HVD_SOAK_ITERATIONS",
+                                   "HVD_ELASTIC_STATE_DIR",
+                                   "HVD_ELASTIC_GENERATION",
+                                   "HVD_ELASTIC_COMPLETION_FILE",
+                                   "HVD_ELASTIC_PROGRESS_FILE",
+                                   "HVD_ELASTIC_STEP_TIMEOUT",
+                                   "HVD_ELASTIC_HOSTS_FILE",
+                                   "HVD_ELASTIC_KEY",
+                                   "HVD_TEST_FAULT",
+                                   "HVD_TEST_DEADLINE_SECONDS"};
 
 class Reader {
  public:

@@ -158,7 +158,8 @@ TEST_CASE("unknown HVD_ names are reported, other names are not", "[unit]") {
                   {"HVD_FUSION_TRESHOLD", "2"},  // typo
                   {"HVD_HIERARCHICAL_ALLREDUCE", "1"},
                   {"HVD_TESTHOSTS_DIR", "/x"},
-                  {"HVD_TESTHOSTS_PRIVATE_TMP", "shm"},  // the fake hosts pass it to ranks
+                  {"HVD_TESTHOSTS_PRIVATE_TMP", "shm"},    // the fake hosts pass it to ranks
+                  {"HVD_TEST_FAULT", "nccl_init:rank=1"},  // the test-only fault hook
                   {"HOROVOD_SOMETHING_ELSE", "1"},
                   {"PATH", "/bin"},
                   {"XHVD_FOO", "1"}},
