@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "hvd/core/status.h"
+#include "hvd/hvd.h"
 #include "hvd/optim/grad_registry.h"
 
 namespace hvd::py {
@@ -40,6 +41,23 @@ class PyGradParam : public GradParam {
   void detach() override { call("detach"); }
   void stash() override { call("stash"); }
   void drop_stash() override { call("drop_stash"); }
+  void release() override { call("release"); }
+  void restore(bool released) override {
+    try {
+      slot_.attr("restore")(released);
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable("restore");
+    }
+  }
+  void settle() override { call("settle"); }
+  bool untouched() const override {
+    try {
+      return slot_.attr("untouched")().cast<bool>();
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable("untouched");
+      return false;
+    }
+  }
   const pyb::object& slot() const { return slot_; }
 
  private:
@@ -74,6 +92,13 @@ class PyReduction : public GradReduction {
       return internal_error(e.what());
     }
   }
+  bool done() override {
+    try {
+      return handle_.attr("poll")().cast<bool>();
+    } catch (pyb::error_already_set&) {
+      return true;  // wait() reports the error
+    }
+  }
   const pyb::object& result() const { return result_; }
 
  private:
@@ -89,23 +114,37 @@ class PyFrontend : public optim::GradFrontend {
   }
   Result<std::shared_ptr<GradReduction>> submit(const std::vector<GradParam*>& params,
                                                 const std::string& name, bool grouped,
-                                                const optim::ReduceSettings&) override {
+                                                const optim::ReduceSettings&, bool zeros) override {
     try {
       pyb::list slots;
       for (GradParam* p : params) slots.append(static_cast<PyGradParam*>(p)->slot());
-      pyb::object h = py_submit(slots, name, grouped);
+      pyb::object h = py_submit(slots, name, grouped, zeros);
       return std::shared_ptr<GradReduction>(std::make_shared<PyReduction>(h, py_wait));
     } catch (pyb::error_already_set& e) {
       return internal_error(e.what());
     }
   }
-  void finish(GradParam& p, GradReduction& r, size_t index, bool ok) override {
+  void finish(GradParam& p, GradReduction& r, size_t index, bool ok, Use use) override {
     try {
       const pyb::object& result = static_cast<PyReduction&>(r).result();
-      static_cast<PyGradParam&>(p).slot().attr("finish")(result ? result : pyb::none(), index, ok);
+      static_cast<PyGradParam&>(p).slot().attr("finish")(result ? result : pyb::none(), index, ok,
+                                                         static_cast<int>(use));
     } catch (pyb::error_already_set& e) {
       e.discard_as_unraisable("finish");
     }
+  }
+  Result<std::vector<int64_t>> agree(const std::string& name, const std::vector<int64_t>& values,
+                                     int32_t process_set) override {
+    std::vector<int64_t> buf = values;
+    try {
+      const TensorView v(buf.data(), DataType::kInt64, {static_cast<int64_t>(buf.size())});
+      Handle h = hvd::allreduce_async(v, name, ReduceOp::kMax, 1.0, 1.0, ProcessSet(process_set));
+      pyb::gil_scoped_release nogil;
+      if (Status s = h.wait_status(); !s.ok()) return s;
+    } catch (const Error& e) {
+      return Status(e.code(), e.what());
+    }
+    return buf;
   }
   bool defer_to_end_of_pass() override {
     try {
@@ -230,6 +269,7 @@ void bind_registry(pybind11::module_& m) {
         [](int64_t owner, const Entries& e) { registry().consume(owner, e.list); });
   m.def("registry_quiesce", [](const Entries& e) { registry().quiesce(e.list); });
   m.def("registry_end_of_pass", []() { throw_status(registry().end_of_pass()); });
+  m.def("registry_pass_abandoned", []() { registry().pass_abandoned(); });
   m.def("registry_first_in_flight", [](const Entries& e) -> pyb::object {
     auto busy = registry().first_in_flight(e.list);
     if (!busy) return pyb::none();

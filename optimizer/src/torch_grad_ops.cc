@@ -44,6 +44,7 @@ class TorchReduction : public GradReduction {
                               std::make_shared<std::vector<torch::Tensor>>(std::move(wires_)));
   }
   Status wait() override { return handle.wait_status(); }
+  bool done() override { return handle.poll(); }
   Handle handle;
 
  private:
@@ -79,13 +80,39 @@ class TorchGradParam : public GradParam {
     param_.mutable_grad() = torch::Tensor();
   }
   void drop_stash() override { base_ = torch::Tensor(); }
+  void release() override {
+    if (!param_.grad().defined() || !param_.grad().is_same(wired_grad_)) return;
+    taken_ = param_.grad();
+    param_.mutable_grad() = torch::Tensor();
+  }
+  void restore(bool released) override {
+    if (!param_.grad().defined()) {
+      param_.mutable_grad() = released ? taken_ : base_;
+      if (!released) base_ = torch::Tensor();
+    }
+    taken_ = torch::Tensor();
+  }
+  void settle() override {
+    if (!base_.defined()) return;
+    torch::NoGradGuard no_grad;
+    if (param_.grad().defined()) {
+      param_.mutable_grad().add_(base_);
+    } else {
+      param_.mutable_grad() = base_;
+    }
+    base_ = torch::Tensor();
+  }
+  bool untouched() const override {
+    const torch::Tensor& g = param_.grad();
+    return g.defined() && g.is_same(wired_grad_) && g._version() == wired_version_;
+  }
 
   /// The tensor the allreduce works on: .grad itself, or a contiguous / 16-bit staging copy.
   const torch::Tensor& wire() const { return wire_; }
-  Result<TensorView> make_wire(const std::string& name) {
+  Result<TensorView> make_wire(const std::string& name, bool zeros) {
     torch::NoGradGuard no_grad;
-    if (!param_.grad().defined()) param_.mutable_grad() = torch::zeros_like(param_);
-    torch::Tensor g = param_.grad();
+    if (!zeros && !param_.grad().defined()) param_.mutable_grad() = torch::zeros_like(param_);
+    torch::Tensor g = zeros ? torch::zeros_like(param_) : param_.grad();
     if (g.layout() != c10::kStrided) {
       return invalid_argument("DistributedOptimizer: gradient of '" + name +
                               "' is sparse; sparse gradients are not supported by the C++ "
@@ -100,7 +127,7 @@ class TorchGradParam : public GradParam {
     } else {
       wire_ = g.is_contiguous() ? g : g.contiguous();
     }
-    wired_grad_ = g;
+    wired_grad_ = zeros ? torch::Tensor() : g;
     wired_version_ = g._version();
     try {
       return to_view(wire_, "gradient of '" + name + "'");
@@ -109,8 +136,19 @@ class TorchGradParam : public GradParam {
     }
   }
 
-  void finish(bool ok) {
+  void finish(bool ok, GradFrontend::Use use) {
     torch::NoGradGuard no_grad;
+    if (use != GradFrontend::Use::kGrad) {
+      if (ok && use == GradFrontend::Use::kAside) {
+        // The result of a reduction whose gradient a later pass released (or of zeros): it
+        // joins what stash() set aside.
+        torch::Tensor val =
+            wire_.scalar_type() == param_.scalar_type() ? wire_ : wire_.to(param_.scalar_type());
+        base_ = base_.defined() ? base_ + val : val;
+      }
+      wire_ = wired_grad_ = taken_ = torch::Tensor();
+      return;
+    }
     torch::Tensor g = param_.grad();
     const bool same = g.defined() && g.is_same(wired_grad_);
     if (ok && same && g._version() == wired_version_) {
@@ -120,7 +158,7 @@ class TorchGradParam : public GradParam {
       // Changed in place (zeroed) while the reduction wrote into it: keep the user's zeros.
       g.zero_();
     }
-    base_ = wire_ = wired_grad_ = torch::Tensor();
+    base_ = wire_ = wired_grad_ = taken_ = torch::Tensor();
   }
 
  private:
@@ -129,7 +167,8 @@ class TorchGradParam : public GradParam {
   std::shared_ptr<torch::autograd::Node> accumulator_;  ///< kept alive, or the hook is lost
   uintptr_t post_key_ = 0;
   unsigned pre_key_ = 0;
-  torch::Tensor base_;         ///< set aside by stash()
+  torch::Tensor base_;         ///< set aside by stash(), plus results set aside
+  torch::Tensor taken_;        ///< what release() took from .grad
   torch::Tensor wire_;         ///< what the allreduce reads and writes
   torch::Tensor wired_grad_;   ///< .grad when the reduction started
   int64_t wired_version_ = 0;  ///< and its version counter then
@@ -139,12 +178,12 @@ class TorchFrontend : public GradFrontend {
  public:
   Result<std::shared_ptr<GradReduction>> submit(const std::vector<GradParam*>& params,
                                                 const std::string& name, bool grouped,
-                                                const ReduceSettings& s) override {
+                                                const ReduceSettings& s, bool zeros) override {
     std::vector<TensorView> views;
     std::vector<torch::Tensor> wires;
     for (GradParam* p : params) {
       auto* tp = static_cast<TorchGradParam*>(p);
-      Result<TensorView> v = tp->make_wire(name);
+      Result<TensorView> v = tp->make_wire(name, zeros);
       if (!v.ok()) return v.status();
       views.push_back(v.value());
       wires.push_back(tp->wire());
@@ -166,15 +205,39 @@ class TorchFrontend : public GradFrontend {
     if (observer) observer(name, h);
     return std::shared_ptr<GradReduction>(std::make_shared<TorchReduction>(h, std::move(wires)));
   }
-  void finish(GradParam& p, GradReduction&, size_t, bool ok) override {
-    static_cast<TorchGradParam&>(p).finish(ok);
+  void finish(GradParam& p, GradReduction&, size_t, bool ok, Use use) override {
+    static_cast<TorchGradParam&>(p).finish(ok, use);
+  }
+  Result<std::vector<int64_t>> agree(const std::string& name, const std::vector<int64_t>& values,
+                                     int32_t process_set) override {
+    std::vector<int64_t> buf = values;
+    try {
+      const TensorView v(buf.data(), DataType::kInt64, {static_cast<int64_t>(buf.size())});
+      Handle h = hvd::allreduce_async(v, name, ReduceOp::kMax, 1.0, 1.0, ProcessSet(process_set));
+      if (Status s = h.wait_status(); !s.ok()) return s;
+    } catch (const Error& e) {
+      return Status(e.code(), e.what());
+    }
+    return buf;
   }
   bool defer_to_end_of_pass() override {
+    // The pass may raise before its callbacks run: the callback's last copy going away unrun
+    // tells the registry, so that the next pass asks again.
+    struct Token {
+      bool ran = false;
+      ~Token() {
+        if (!ran) torch_registry().pass_abandoned();
+      }
+    };
+    auto token = std::make_shared<Token>();
     try {
-      torch::autograd::Engine::get_default_engine().queue_callback(
-          [] { throw_if_error(torch_registry().end_of_pass()); });
+      torch::autograd::Engine::get_default_engine().queue_callback([token] {
+        token->ran = true;
+        throw_if_error(torch_registry().end_of_pass());
+      });
       return true;
     } catch (const c10::Error&) {
+      token->ran = true;
       return false;  // not inside a backward pass
     }
   }

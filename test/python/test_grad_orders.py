@@ -7,6 +7,8 @@ process training on the whole batch (float32, largest difference <= 1e-6), which
 computes itself. Counts reductions per parameter per step, so a shared parameter reduced twice,
 or skipped, fails."""
 import copy
+import faulthandler
+import time
 import warnings
 
 import pytest
@@ -296,7 +298,9 @@ def test_optimizer_outside_its_process_set_steps_locally():
                 o.step()
         # Rank 0 is the whole set (its average is its own gradient); the others step locally.
         assert max_diff(model, ref) <= TOL
-        n = counted(before, [f"grad.{nm}" for nm, _ in model.named_parameters()])
+        # The wire names (numbered when an earlier test used the same names): rank 0's.
+        wires = hvd.broadcast_object(opt._hvd_entries.wires if hvd.rank() == 0 else None, 0)
+        n = counted(before, wires)
         assert set(n.values()) == ({3} if hvd.rank() == 0 else {0})
         del opt
     finally:
@@ -344,3 +348,158 @@ def test_broadcast_optimizer_state_with_parameters_without_gradient(make):
     for i, st in mine.items():
         for k, v in st.items():
             assert torch.equal(torch.as_tensor(v), torch.as_tensor(root[i][k])), (i, k)
+
+
+class Routed(nn.Module):
+    """A trunk and an expert reached only when `use` (a router, LayerDrop, a data-dependent
+    branch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(6, 8)
+        self.expert = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x, use):
+        h = torch.tanh(self.trunk(x))
+        if use:
+            h = h + torch.tanh(self.expert(h))
+        return self.head(h)
+
+
+def uses_expert(rank, p, passes):
+    """Rank 0 uses the expert in every pass, rank 1 only in the last, the others in every other
+    one: the number of passes that reach it differs between ranks."""
+    if rank == 0:
+        return True
+    if rank == 1:
+        return p == passes - 1
+    return (p + rank) % 2 == 0
+
+
+def same_on_every_rank(model):
+    mine = [p.detach().clone() for p in model.parameters()]
+    for other in hvd.allgather_object(mine):
+        if not all(torch.equal(a, b) for a, b in zip(other, mine)):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("passes", [2, 3])
+@pytest.mark.parametrize("bpps", [1, 2])
+def test_parameter_used_in_different_passes_on_different_ranks(passes, bpps):
+    """Issue 37 item 1: several backward passes before step(), the expert reached by a different
+    number of them on each rank. Used to block every rank inside backward (the pre-hook waited
+    for a reduction the other rank submitted only later) or to pair reductions off by one. Now:
+    no wait inside backward, every step the same bits on every rank and one process's weights."""
+    faulthandler.dump_traceback_later(20, exit=True)  # a hang fails in 20 s, not 120
+    g = torch.Generator().manual_seed(20 + passes)
+    xs = [torch.randn(hvd.size() * ROWS, 6, generator=g) for _ in range(passes)]
+    y = torch.randn(hvd.size() * ROWS, 3, generator=g)
+    torch.manual_seed(21)
+    model = Routed()
+    ref = copy.deepcopy(model)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5),
+                                   named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=bpps)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.5)
+    t0 = time.monotonic()
+    for step in range(6):
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        for p in range(passes):
+            use = uses_expert(hvd.rank(), (p + step) % passes, passes)
+            F.mse_loss(model(shard(xs[p]), use), shard(y)).backward()
+            # One process: each rank's shard with that rank's routing, averaged.
+            loss = sum(F.mse_loss(ref(xs[p][r * ROWS:(r + 1) * ROWS],
+                                      uses_expert(r, (p + step) % passes, passes)),
+                                  y[r * ROWS:(r + 1) * ROWS]) for r in range(hvd.size()))
+            (loss / hvd.size()).backward()
+        opt.step()
+        ref_opt.step()
+        assert same_on_every_rank(model), step
+        assert max_diff(model, ref) <= TOL, step
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.ranks(2, "the ranks use the expert in different passes")
+def test_zeroing_after_uneven_passes_fails_every_rank():
+    """A pass through the expert on rank 0 only, then zero_grad() while its reduction is in
+    flight, then a pass through it everywhere: the ranks' reductions would pair a dropped
+    gradient with a kept one. step() refuses on every rank at once, saying what to do; the
+    optimizer works again afterwards."""
+    faulthandler.dump_traceback_later(20, exit=True)
+    x, y = data(22, dout=3)
+    torch.manual_seed(23)
+    model = Routed()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    F.mse_loss(model(shard(x), hvd.rank() == 0), shard(y)).backward()
+    opt.zero_grad()
+    F.mse_loss(model(shard(x), True), shard(y)).backward()
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match="expert.weight.*zeroed on some ranks.*before zero_grad"):
+        opt.step()
+    assert time.monotonic() - t0 < 2
+    opt.zero_grad()
+    F.mse_loss(model(shard(x), True), shard(y)).backward()
+    opt.step()
+    assert same_on_every_rank(model)
+
+
+def test_overlap_resumes_after_a_backward_pass_that_raised():
+    """Issue 37 item 3: a pass that raises (a NaN check in a hook, a caught out-of-memory) used
+    to leave the end-of-pass flag set: later passes submitted nothing until step(). Now the
+    next pass's reductions start during its backward()."""
+    x, y = data(24)
+    model = mlp(25)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    names = opt._hvd_entries.wires
+
+    def fail(_):
+        raise RuntimeError("nan in the activations")
+
+    h = model[0](shard(x))
+    h.register_hook(fail)  # runs after the last layer's gradients were queued
+    with pytest.raises(RuntimeError, match="nan in the activations"):
+        F.mse_loss(model[2](torch.tanh(h)), shard(y)).backward()
+    opt.zero_grad()
+    for step in range(3):
+        before = submissions()
+        F.mse_loss(model(shard(x)), shard(y)).backward()
+        # Started before step(): overlapped. (In the first pass the last layer's names may still
+        # be busy with the failed pass's reductions, dropped by zero_grad(): those go at step().)
+        if step > 0:
+            assert counted(before, names) == {n: 1 for n in names}
+        opt.step()
+        opt.zero_grad()
+    assert same_on_every_rank(model)
+
+
+def test_autograd_grad_leaves_grad_alone_then_trains_like_one_process():
+    """Issue 37 item 4: torch.autograd.grad (a gradient penalty, WGAN-GP) does not touch .grad,
+    as in plain PyTorch; then backward() and step() give one process's weights."""
+    x, y = data(26)
+    model, ref = mlp(27), mlp(27)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                   named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    # One process: the penalty is per shard (each rank's own gradient), averaged.
+    shards = [(x[r * ROWS:(r + 1) * ROWS], y[r * ROWS:(r + 1) * ROWS]) for r in range(hvd.size())]
+    for step in range(4):
+        for m, o, parts in ((model, opt, [(shard(x), shard(y))]), (ref, ref_opt, shards)):
+            o.zero_grad()
+            if step % 2:  # a gradient already there (in flight, for hvd)
+                (sum(F.mse_loss(m(a), b) for a, b in parts) / len(parts)).backward()
+            before = [p.grad for p in m.parameters()]
+            total = 0
+            for a, b in parts:
+                loss = F.mse_loss(m(a), b)
+                grads = torch.autograd.grad(loss, list(m.parameters()), create_graph=True)
+                assert all(p.grad is g for p, g in zip(m.parameters(), before))
+                total = total + loss + 0.1 * sum(gr.pow(2).sum() for gr in grads)
+            (total / len(parts)).backward()
+            o.step()
+        assert max_diff(model, ref) <= TOL, step
+    assert same_on_every_rank(model)

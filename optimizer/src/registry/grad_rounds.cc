@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The gradient registry's rounds: hooks, buckets, submission, waiting and completion (the state
-// machine is described in hvd/optim/grad_registry.h).
+// The gradient registry's rounds: hooks, buckets, submission, agreement, waiting and completion
+// (the state machine is described in hvd/optim/grad_registry.h).
 #include <algorithm>
 
 #include "hvd/optim/grad_registry.h"
@@ -10,9 +10,24 @@ namespace hvd::optim {
 namespace {
 
 using State = GradEntry::State;
+using Use = GradFrontend::Use;
 
 bool contains(const std::vector<int64_t>& v, int64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+/// The entries reduced together with `e`: its group, or itself.
+EntryList unit_of(const std::shared_ptr<GradEntry>& e) {
+  return e->group ? e->group->members : EntryList{e};
+}
+
+/// What every rank must agree on before pairing: the entries' count and names.
+int64_t fingerprint(const EntryList& entries) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const auto& e : entries) {
+    for (unsigned char c : e->wire + '\n') h = (h ^ c) * 1099511628211ull;
+  }
+  return static_cast<int64_t>(h & 0x3fffffffffffffffull);
 }
 
 }  // namespace
@@ -31,24 +46,127 @@ void GradRegistry::set_aside(GradEntry& e) {
   e.pending.clear();
 }
 
+void GradRegistry::ensure_end_of_pass() {
+  if (!end_of_pass_queued_ && fe_.defer_to_end_of_pass()) end_of_pass_queued_ = true;
+}
+
+void GradRegistry::open_pass(GradEntry& e, bool released, bool zeroed) {
+  e.open = true;
+  e.open_released = released;
+  e.open_zeroed = zeroed;
+  auto it = by_key_.find(e.key);
+  if (it != by_key_.end()) opened_.push_back(it->second);
+  ensure_end_of_pass();
+}
+
+void GradRegistry::close_open_passes() {
+  auto opened = std::move(opened_);
+  opened_.clear();
+  for (const auto& e : opened) {
+    if (!e->open) continue;  // its pass accumulated
+    e->open = false;
+    if (e->state != State::kAccumulating || e->passes != 0) continue;
+    // The pre-hook ran but nothing accumulated (torch.autograd.grad): .grad as it was.
+    if (e->open_released && e->reduction && e->aside && !e->drop) {
+      e->param->restore(true);
+      e->aside = false;
+      e->state = State::kInFlight;
+    } else if (!e->open_released) {
+      e->param->restore(false);
+      e->state = State::kClean;
+      e->zeroed = e->open_zeroed;
+      e->pending = e->open_pending;
+    }
+  }
+}
+
+void GradRegistry::check_abandoned(bool outside_pass) {
+  // Outside a backward pass no end-of-pass call can be pending: one asked for by a pass that
+  // raised is forgotten even if its callback has not been destroyed yet.
+  if (!pass_abandoned_.exchange(false) && !(outside_pass && end_of_pass_queued_)) return;
+  // The pass raised: its end-of-pass call will not come. Overlap goes on with the next pass.
+  end_of_pass_queued_ = false;
+  close_open_passes();
+}
+
+void GradRegistry::discard(GradEntry& e) {
+  e.discarded = e.rounds;
+  if (e.reduction) {
+    if (!e.aside) e.param->release();
+    e.aside = true;
+    e.drop = true;
+  }
+  e.param->drop_stash();
+}
+
+void GradRegistry::complete(GradEntry& e, bool ok) {
+  auto r = std::move(e.reduction);
+  e.reduction.reset();
+  const Use use = e.drop ? Use::kDrop : e.aside ? Use::kAside : Use::kGrad;
+  fe_.finish(*e.param, *r, e.slot, ok, use);
+  e.aside = e.drop = false;
+  if (use != Use::kGrad) return;
+  e.state = State::kClean;
+  e.passes = 0;
+  e.pending.clear();
+  if (ok) {
+    for (const auto& o : e.owners) e.pending.push_back(o.first);
+  }
+}
+
+void GradRegistry::poll(GradEntry& e) {
+  if (!e.reduction || !e.reduction->done()) return;
+  auto r = e.reduction;
+  const Status s = r->wait();  // finished: returns at once
+  if (!s.ok() && failed_.ok()) failed_ = s;
+  auto it = by_key_.find(e.key);
+  if (it == by_key_.end()) {
+    complete(e, s.ok());
+    return;
+  }
+  for (const auto& m : unit_of(it->second)) {  // group mates complete with it
+    if (m->reduction == r) complete(*m, s.ok());
+  }
+}
+
 bool GradRegistry::group_ready(const GradEntry::Group& g) const {
   return std::all_of(g.members.begin(), g.members.end(), [](const auto& m) {
-    return m->state == State::kAccumulating && m->passes >= m->settings.backward_passes_per_step;
+    return m->state == State::kAccumulating && m->passes >= m->settings.backward_passes_per_step &&
+           !m->reduction;
   });
 }
 
 Status GradRegistry::before_pass(const std::shared_ptr<GradEntry>& e) {
   Lock lk(*this);
+  check_abandoned();
+  poll(*e);
   if (e->state == State::kInFlight) {
-    // Submitted on every rank: wait, so the pass accumulates into the reduced gradient.
-    if (Status s = wait_and_finish(lk, in_flight({e})); !s.ok()) return s;
+    if (e->param->untouched()) {
+      // Never wait here (the other ranks may submit this name only at synchronize()): the
+      // reduction goes on aside, this pass accumulates into an empty gradient.
+      e->param->release();
+      e->aside = true;
+      e->state = State::kAccumulating;
+      e->passes = 0;
+      open_pass(*e, true, false);
+      return Status();
+    }
+    discard(*e);  // zeroed or replaced meanwhile (module.zero_grad()): what came before is gone
+    start_round(*e);
+    e->zeroed = false;  // the user's .grad, if any, is the new consistent value
   }
-  if (e->state == State::kClean) set_aside(*e);
+  if (e->state == State::kClean) {
+    const bool zeroed = e->zeroed;
+    e->open_pending = e->pending;
+    set_aside(*e);
+    open_pass(*e, false, zeroed);
+  }
   return Status();
 }
 
 Status GradRegistry::after_pass(const std::shared_ptr<GradEntry>& e) {
   Lock lk(*this);
+  check_abandoned();
   if (e->state == State::kInFlight || e->state == State::kClean) {
     // No pre-hook ran for this pass (a hook removed and added back meanwhile): treat it as one.
     if (e->state == State::kInFlight) {
@@ -57,13 +175,24 @@ Status GradRegistry::after_pass(const std::shared_ptr<GradEntry>& e) {
     e->zeroed = true;  // the pass already accumulated: nothing can be set aside
     set_aside(*e);
   }
+  e->open = false;
   if (e->state == State::kQueued) return Status();  // a nested pass adds to what is queued
   e->zeroed = false;
   ++e->passes;
   if (e->passes < e->settings.backward_passes_per_step) return Status();
-  if (!e->group) return queue({e}, "");
-  if (group_ready(*e->group)) return queue(e->group->members, e->group->name);
-  return Status();
+  return ready(e);
+}
+
+Status GradRegistry::ready(const std::shared_ptr<GradEntry>& e) {
+  for (const auto& m : unit_of(e)) poll(*m);
+  const bool busy = !e->group ? e->reduction != nullptr : !group_ready(*e->group);
+  if (busy) {
+    // Its name is still in flight (or, for a group, a mate is not ready): it accumulates on,
+    // and is queued when the name frees (end of pass) or submitted by synchronize().
+    if (std::find(waiting_.begin(), waiting_.end(), e) == waiting_.end()) waiting_.push_back(e);
+    return Status();
+  }
+  return e->group ? queue(e->group->members, e->group->name) : queue({e}, "");
 }
 
 Status GradRegistry::queue(const EntryList& entries, const std::string& group_name) {
@@ -80,8 +209,22 @@ Status GradRegistry::queue(const EntryList& entries, const std::string& group_na
 
 Status GradRegistry::end_of_pass() {
   Lock lk(*this);
+  check_abandoned();
   end_of_pass_queued_ = false;
-  return flush();
+  close_open_passes();
+  Status first;
+  auto waiting = std::move(waiting_);
+  waiting_.clear();
+  for (const auto& e : waiting) {
+    auto it = by_key_.find(e->key);
+    if (it == by_key_.end() || it->second != e) continue;  // removed meanwhile
+    if (e->state != State::kAccumulating || e->passes < e->settings.backward_passes_per_step)
+      continue;  // submitted or zeroed meanwhile
+    Status s = ready(e);
+    if (first.ok()) first = s;
+  }
+  Status s = flush();
+  return first.ok() ? s : first;
 }
 
 Status GradRegistry::flush() {
@@ -96,15 +239,16 @@ Status GradRegistry::flush() {
   return first;
 }
 
-Status GradRegistry::submit(const EntryList& entries, const std::string& group_name) {
+Status GradRegistry::submit(const EntryList& entries, const std::string& group_name, bool zeros) {
   std::vector<GradParam*> params;
   for (const auto& m : entries) params.push_back(m->param.get());
   const bool grouped = !group_name.empty();
   const std::string& name = grouped ? group_name : entries.front()->wire;
   Result<std::shared_ptr<GradReduction>> r =
-      fe_.submit(params, name, grouped, entries.front()->settings);
+      fe_.submit(params, name, grouped, entries.front()->settings, zeros);
   if (!r.ok()) {
     for (const auto& m : entries) {
+      if (zeros) continue;
       m->param->drop_stash();
       start_round(*m);
     }
@@ -114,10 +258,14 @@ Status GradRegistry::submit(const EntryList& entries, const std::string& group_n
     GradEntry& m = *entries[i];
     m.reduction = r.value();
     m.slot = i;
+    m.drop = false;
+    m.aside = zeros;
+    ++m.rounds;
+    ++submissions_[m.wire];
+    if (zeros) continue;
     m.state = State::kInFlight;
     m.passes = 0;
     m.zeroed = false;
-    ++submissions_[m.wire];
   }
   return Status();
 }
@@ -129,7 +277,7 @@ GradRegistry::Waits GradRegistry::in_flight(const EntryList& entries) const {
     for (const auto& m : e->group ? e->group->members : self) {  // group mates complete with it
       const bool listed =
           std::any_of(waits.begin(), waits.end(), [&m](const auto& w) { return w.first == m; });
-      if (m->state == State::kInFlight && !listed) waits.emplace_back(m, m->reduction);
+      if (m->reduction && !listed) waits.emplace_back(m, m->reduction);
     }
   }
   return waits;
@@ -154,49 +302,157 @@ Status GradRegistry::wait_and_finish(Lock& lk, const Waits& waits) {
   lk.relock();
   for (size_t i = 0; i < waits.size(); ++i) {
     GradEntry& e = *waits[i].first;
-    if (e.state != State::kInFlight || e.reduction != waits[i].second) continue;  // done already
-    fe_.finish(*e.param, *e.reduction, e.slot, status[i].ok());
-    e.reduction.reset();
-    e.state = State::kClean;
-    e.passes = 0;
-    e.pending.clear();
-    if (status[i].ok()) {
-      for (const auto& o : e.owners) e.pending.push_back(o.first);
-    }
+    if (e.reduction != waits[i].second) continue;  // done already
+    complete(e, status[i].ok());
   }
   return first_error;
 }
 
+Status GradRegistry::agree(Lock& lk, const EntryList& entries, std::vector<int64_t>& target) {
+  // [count, fingerprint, planned rounds..., discarded...], then the same negated: one
+  // allreduce (max) gives every rank the maxima and the minima.
+  const size_t n = entries.size();
+  std::vector<int64_t> v;
+  v.reserve(4 * (n + 1));
+  v.push_back(static_cast<int64_t>(n));
+  v.push_back(fingerprint(entries));
+  for (size_t i = 0; i < n; ++i) v.push_back(target[i]);
+  for (const auto& e : entries) v.push_back(e->discarded);
+  const size_t half = v.size();
+  for (size_t i = 0; i < half; ++i) v.push_back(-v[i]);
+  const auto& first = *entries.front();
+  const std::string labels = first.owner_labels();
+  Result<std::vector<int64_t>> r =
+      fe_.agree("grad.agree." + first.wire, v, first.settings.process_set);
+  (void)lk;
+  if (!r.ok()) return r.status();
+  const std::vector<int64_t>& m = r.value();
+  if (m.size() != v.size() || m[0] != -m[half] || m[1] != -m[half + 1]) {
+    return mismatch("synchronize() of DistributedOptimizer " + labels +
+                    ": the ranks synchronized different optimizers at once (" + std::to_string(n) +
+                    " parameters here, starting with '" + first.name +
+                    "'); every rank must call step() or synchronize() of the same optimizers, "
+                    "holding the same parameters, in the same order");
+  }
+  for (size_t i = 0; i < n; ++i) target[i] = m[2 + i];
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t most = m[2 + n + i], least = -m[half + 2 + n + i];
+    if (most == least) continue;
+    const GradEntry& e = *entries[i];
+    return precondition(
+        "DistributedOptimizer " + labels + ": the gradient of '" + e.name +
+        "' was zeroed on some ranks after " + std::to_string(least) +
+        " of its reductions since the last step and on others after " + std::to_string(most) +
+        " (the ranks had used it in different backward passes before zeroing it): reductions "
+        "paired across ranks mixed dropped and kept gradients, so this step would diverge and "
+        "fails on every rank. Call step() or synchronize() before zero_grad() (or "
+        "module.zero_grad()) when ranks may use a parameter in different backward passes");
+  }
+  return Status();
+}
+
 Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
   Lock lk(*this);
+  check_abandoned(true);
   Status first = flush();
+  if (!failed_.ok()) {
+    if (first.ok()) first = failed_;
+    failed_ = Status();
+  }
+  if (entries.empty()) return first;
+  // 1. What this rank reduces: each unit (a group, or an entry) once, in the order of `entries`
+  // (the same on every rank).
+  struct Unit {
+    EntryList members;
+    std::string name;
+    bool fill = false;  // gradients (or zeros) not submitted yet
+  };
+  std::vector<Unit> units;
+  std::vector<size_t> unit_index(entries.size());
   std::vector<std::shared_ptr<GradEntry::Group>> groups;
-  for (const auto& e : entries) {
-    if (e->state == State::kInFlight) continue;
-    if (e->state == State::kClean && contains(e->pending, owner)) continue;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
     if (e->group) {
-      if (std::find(groups.begin(), groups.end(), e->group) == groups.end())
-        groups.push_back(e->group);
-      continue;
+      auto g = std::find(groups.begin(), groups.end(), e->group);
+      if (g != groups.end()) {
+        unit_index[i] = static_cast<size_t>(g - groups.begin());
+        continue;
+      }
+      groups.push_back(e->group);
+    } else {
+      groups.push_back(nullptr);
     }
-    // No (or not enough) gradient this round on this rank: contribute what accumulated, zeros
-    // when nothing did, keeping the gradient's consistent part aside.
-    if (e->state == State::kClean) set_aside(*e);
-    Status s = submit({e}, "");
-    if (first.ok()) first = s;
+    unit_index[i] = units.size();
+    units.push_back({unit_of(e), e->group ? e->group->name : std::string(), false});
   }
-  for (const auto& g : groups) {
-    if (std::any_of(g->members.begin(), g->members.end(),
-                    [](const auto& m) { return m->state == State::kInFlight; }))
-      continue;
-    for (const auto& m : g->members) {
-      if (m->state == State::kClean) set_aside(*m);
+  for (auto& u : units) {
+    for (const auto& m : u.members) {
+      poll(*m);
+      if (m->reduction && !m->aside && !m->param->untouched()) {
+        // Changed while in flight (zeroed, clipped in place): dropped, as zeroed.
+        discard(*m);
+        start_round(*m);
+        m->zeroed = true;
+      }
     }
-    Status s = submit(g->members, g->name);
-    if (first.ok()) first = s;
+    for (const auto& m : u.members) {
+      // No (or not enough) gradient this round on this rank: it contributes what accumulated,
+      // zeros when nothing did.
+      if (m->state == State::kAccumulating || m->state == State::kQueued ||
+          (m->state == State::kClean && !contains(m->pending, owner)))
+        u.fill = true;
+    }
   }
+  std::vector<int64_t> target(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    target[i] = entries[i]->rounds + (units[unit_index[i]].fill ? 1 : 0);
+  }
+  // 2. The agreement: how many reductions each entry has on the rank that has most.
+  // A mismatch of the names fails at once (pairing is impossible); a mismatch of the
+  // reductions dropped is reported once every reduction completed (nothing is left in flight).
+  Status refused = agree(lk, entries, target);
+  if (!refused.ok() && refused.code() != StatusCode::kPrecondition) return refused;
+  // 3. In order, per unit: what this rank has, then zeros up to the target. A name is in flight
+  // once: each rank waits for its previous reduction of the unit, which every rank submits in the
+  // same order, so nobody waits for a rank that waits.
+  for (size_t k = 0; k < units.size(); ++k) {
+    Unit& u = units[k];
+    int64_t want = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (unit_index[i] == k) want = std::max(want, target[i]);
+    }
+    auto wait_unit = [&]() -> Status {
+      if (!u.members.front()->reduction) return Status();
+      return wait_and_finish(lk, in_flight({u.members.front()}));
+    };
+    if (u.fill) {
+      Status s = wait_unit();
+      if (s.ok()) {
+        for (const auto& m : u.members) {
+          if (m->state == State::kClean || m->state == State::kInFlight) set_aside(*m);
+        }
+        s = submit(u.members, u.name);
+      }
+      if (!s.ok() && first.ok()) first = s;
+    }
+    while (u.members.front()->rounds < want) {
+      Status s = wait_unit();
+      if (s.ok()) s = submit(u.members, u.name, true);
+      if (!s.ok()) {
+        if (first.ok()) first = s;
+        break;
+      }
+    }
+  }
+  // 4. Everything of `entries` completes; results set aside join .grad.
   Status waited = wait_and_finish(lk, in_flight(entries));
-  return first.ok() ? waited : first;
+  for (const auto& e : entries) {
+    if (e->state == State::kClean) e->param->settle();
+    e->rounds = 0;
+    e->discarded = 0;
+  }
+  if (first.ok()) first = waited;
+  return refused.ok() ? first : refused;
 }
 
 void GradRegistry::consume(int64_t owner, const EntryList& entries) {
@@ -208,11 +464,13 @@ void GradRegistry::consume(int64_t owner, const EntryList& entries) {
 
 void GradRegistry::quiesce(const EntryList& entries) {
   Lock lk(*this);
+  check_abandoned(true);
   (void)flush();
-  (void)wait_and_finish(lk, in_flight(entries));  // a failure is discarded like a result
   for (const auto& e : entries) {
-    if (e->state == State::kInFlight) continue;  // submitted again meanwhile
-    e->param->drop_stash();
+    // Never waits: a reduction in flight is dropped when it completes (the next agreement
+    // checks that every rank dropped as many).
+    poll(*e);
+    discard(*e);
     start_round(*e);
     e->zeroed = true;
   }
@@ -221,7 +479,7 @@ void GradRegistry::quiesce(const EntryList& entries) {
 std::shared_ptr<GradEntry> GradRegistry::first_in_flight(const EntryList& entries) {
   Lock lk(*this);
   for (const auto& e : entries) {
-    if (e->state == State::kInFlight || e->state == State::kQueued) return e;
+    if (e->reduction || e->state == State::kQueued) return e;
   }
   return nullptr;
 }

@@ -9,12 +9,14 @@ extension ever linking torch:
 - ``_Slot``: one per registered parameter. It installs the two hooks (before autograd accumulates
   into ``.grad``: ``register_hook``; after: the post-accumulate hook, or a hook on the gradient
   accumulator before torch 2.1), sets the gradient aside when a new backward pass starts on a
-  reduced gradient (``stash``: a reference move, no copy) and writes the result back
-  (``finish``).
-- ``_submit``: starts a reduction of the slots' gradients (compression, sparse gradients by
-  allgather, grouped allreduces), ``_wait`` waits for one, ``_defer`` runs the registry's
-  end-of-pass flush when the current backward pass ends (ready reductions are bucketed, as DDP
-  does, so the runtime fuses a pass's gradients into few rounds).
+  reduced gradient (``stash``: a reference move, no copy), takes a gradient in flight away from
+  a new pass (``release``), puts either back when the pass accumulated nothing (``restore``:
+  torch.autograd.grad) and writes results back (``finish``, ``settle``).
+- ``_submit``: starts a reduction of the slots' gradients, or of zeros (compression, sparse
+  gradients by allgather, grouped allreduces), ``_wait`` waits for one, ``_defer`` runs the
+  registry's end-of-pass flush when the current backward pass ends (ready reductions are
+  bucketed, as DDP does, so the runtime fuses a pass's gradients into few rounds), and tells the
+  registry when the pass raised instead (so that the next pass overlaps again).
 """
 import gc
 import weakref
@@ -31,14 +33,14 @@ _SPARSE = object()  # ctx marker: the slot was reduced with sparse_allreduce_asy
 class _Slot:
     """One registered parameter (see the module docstring)."""
     __slots__ = ("param", "settings", "sparse", "sparse_only", "acc", "hooks", "base", "wired",
-                 "wired_version", "wire", "ctx", "__weakref__")
+                 "wired_version", "wire", "ctx", "taken", "__weakref__")
 
     def __init__(self, param, settings, sparse):
         self.param, self.settings = param, settings
         self.sparse = sparse  # its gradients are sparse (SparseAdam, or seen so)
         self.sparse_only = sparse  # its optimizer takes sparse gradients only (SparseAdam)
         self.acc, self.hooks = None, []
-        self.base = self.wired = self.wire = self.ctx = None
+        self.base = self.wired = self.wire = self.ctx = self.taken = None
         self.wired_version = 0
 
     def attach(self, ref):
@@ -71,7 +73,60 @@ class _Slot:
     def drop_stash(self):
         self.base = None
 
-    def finish(self, result, index, ok):
+    def release(self):
+        """A pass begins while .grad is being reduced: the reduction keeps it, .grad empties."""
+        if self.wired is not None and self.param.grad is self.wired:
+            self.taken, self.param.grad = self.param.grad, None
+
+    def restore(self, released):
+        """The pass of the last stash()/release() accumulated nothing: .grad as it was."""
+        if self.param.grad is None:
+            self.param.grad = self.taken if released else self.base
+            if not released:
+                self.base = None
+        self.taken = None
+
+    def untouched(self):
+        """.grad is still the gradient the reduction in flight started from."""
+        g = self.param.grad
+        return g is not None and g is self.wired and \
+            (self.ctx is _SPARSE or g._version == self.wired_version)
+
+    def settle(self):
+        """Results set aside (reductions of earlier passes, zeros) join .grad."""
+        if self.base is None:
+            return
+        p, base = self.param, self.base
+        self.base = None
+        with torch.no_grad():
+            if p.grad is None:
+                p.grad = base
+            elif p.grad.is_sparse or base.is_sparse:
+                p.grad = p.grad + base
+            else:
+                p.grad.add_(base)
+            if self.sparse_only and not p.grad.is_sparse:
+                p.grad = p.grad.to_sparse(min(1, p.grad.dim()))
+
+    def _value(self, result, index):
+        if self.ctx is _SPARSE:
+            return result
+        val = result if index is None or not isinstance(result, (list, tuple)) else result[index]
+        return self.settings.compression.decompress(val, self.ctx)
+
+    def finish(self, result, index, ok, use=0):
+        """Reduction over. use 0: .grad becomes result + base (unless the user replaced or
+        changed .grad meanwhile); 1: the result joins base (.grad is a later pass's); 2:
+        dropped (the gradient was zeroed after it started)."""
+        if use:
+            try:
+                if ok and use == 1:
+                    with torch.no_grad():
+                        val = self._value(result, index)
+                        self.base = val if self.base is None else self.base + val
+            finally:
+                self.wired = self.wire = self.ctx = self.taken = None
+            return
         p, g = self.param, self.param.grad
         try:
             if not ok:
@@ -82,9 +137,7 @@ class _Slot:
                 return
             with torch.no_grad():
                 if g is self.wired and g._version == self.wired_version:
-                    val = result if index is None or not isinstance(result, (list, tuple)) \
-                        else result[index]
-                    val = self.settings.compression.decompress(val, self.ctx)
+                    val = self._value(result, index)
                     if val is not g:
                         g.copy_(val)
                     if self.base is not None:
@@ -96,11 +149,22 @@ class _Slot:
                     # as nn.Embedding's (sparse in the first dimension) for SparseAdam.
                     p.grad = g.to_sparse(min(1, g.dim()))
         finally:
-            self.base = self.wired = self.wire = self.ctx = None
+            self.base = self.wired = self.wire = self.ctx = self.taken = None
 
-    def prepare(self, densify):
-        """The tensor to reduce: .grad (zeros when None), densified or compressed."""
+    def prepare(self, densify, zeros=False):
+        """The tensor to reduce: .grad (zeros when None), densified or compressed; zeros shaped
+        as it when `zeros` (.grad untouched)."""
         p = self.param
+        if zeros:
+            self.wired = None
+            if self.sparse and not densify:
+                self.ctx = _SPARSE
+                self.wire = torch.sparse_coo_tensor(torch.empty((1, 0), dtype=torch.long),
+                                                    p.new_empty((0,) + tuple(p.shape[1:])),
+                                                    p.shape)
+            else:
+                self.wire, self.ctx = self.settings.compression.compress(torch.zeros_like(p))
+            return self.wire
         empty = p.grad is None or (p.grad.is_sparse and p.grad._nnz() == 0)  # zero_() on sparse
         if empty and (self.sparse or p.grad is not None) and not densify:
             # No gradient on this rank: contribute an empty sparse one shaped as the others'
@@ -121,11 +185,11 @@ class _Slot:
         return self.wire
 
 
-def _submit(slots, name, grouped):
+def _submit(slots, name, grouped, zeros=False):
     s = slots[0].settings
     pre, post = (1.0 / s.predivide, s.predivide) if s.op == Average else (1.0, 1.0)
     with torch.no_grad():
-        wires = [sl.prepare(s.sparse_as_dense or grouped) for sl in slots]
+        wires = [sl.prepare(s.sparse_as_dense or grouped, zeros) for sl in slots]
     if grouped:
         return mpi_ops.grouped_allreduce_async_(wires, name=name, op=s.op, prescale_factor=pre,
                                                 postscale_factor=post, process_set=s.process_set)
@@ -139,14 +203,29 @@ def _wait(handle):
     return mpi_ops.synchronize(handle)
 
 
-def _end_of_pass():
-    _core.registry_end_of_pass()
+class _PassEnd:
+    """The end-of-pass callback. A pass that raises drops its callbacks unrun: this one then
+    tells the registry when it goes away, so that the next pass asks for a new one."""
+    __slots__ = ("ran",)
+
+    def __init__(self):
+        self.ran = False
+
+    def __call__(self):
+        self.ran = True
+        _core.registry_end_of_pass()
+
+    def __del__(self):
+        if not self.ran and _core is not None:
+            _core.registry_pass_abandoned()
 
 
 def _defer():
+    cb = _PassEnd()
     try:
-        torch.autograd.Variable._execution_engine.queue_callback(_end_of_pass)
+        torch.autograd.Variable._execution_engine.queue_callback(cb)
     except RuntimeError:  # not inside a backward pass
+        cb.ran = True
         return False
     return True
 

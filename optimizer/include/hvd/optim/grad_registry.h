@@ -271,7 +271,7 @@ class GradRegistry {
   void set_aside(GradEntry& e);
   void open_pass(GradEntry& e, bool released, bool zeroed);
   void close_open_passes();
-  void check_abandoned();
+  void check_abandoned(bool outside_pass = false);
   void ensure_end_of_pass();
   void discard(GradEntry& e);
   void complete(GradEntry& e, bool ok);
