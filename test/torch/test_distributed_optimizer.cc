@@ -4,6 +4,9 @@
 // back-propagating and stepping in turn), zero_grad() discarding reductions in flight, overlap of
 // reductions with backward, reduction options, unused parameters, and the error messages.
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -414,6 +417,88 @@ TEST_CASE("two backward passes before step() accumulate as in one process, Sum a
         CHECK((lin->parameters()[i] - ref->parameters()[i]).abs().max().item<float>() <= 1e-6);
       }
     }
+  }
+}
+
+namespace {
+
+/// Aborts the process (the test fails, never hangs) unless destroyed within 20 s.
+class HangGuard {
+ public:
+  HangGuard()
+      : t_([this] {
+          std::unique_lock<std::mutex> lk(mu_);
+          if (!cv_.wait_for(lk, std::chrono::seconds(20), [this] { return done_; })) {
+            std::fprintf(stderr, "rank %d: still blocked after 20 s\n", hvd::rank());
+            std::abort();
+          }
+        }) {}
+  ~HangGuard() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    t_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread t_;
+};
+
+}  // namespace
+
+TEST_CASE("a module used in different backward passes on different ranks: no hang, one result",
+          "[mpi]") {
+  // Issue 37 item 1: rank 0 uses the expert in both passes before step(), the others only in
+  // the second. Used to block every rank inside backward.
+  for (int bpps : {1, 2}) {
+    HangGuard guard;
+    torch::manual_seed(31);
+    torch::nn::Linear trunk(3, 4), expert(4, 4), rtrunk(3, 4), rexpert(4, 4);
+    {
+      torch::NoGradGuard g;
+      for (size_t i = 0; i < 2; ++i) {
+        rtrunk->parameters()[i].copy_(trunk->parameters()[i]);
+        rexpert->parameters()[i].copy_(expert->parameters()[i]);
+      }
+    }
+    optim::SGD sgd(params_of({trunk.get(), expert.get()}), 0.05);
+    optim::SGD ref_sgd(params_of({rtrunk.get(), rexpert.get()}), 0.05);
+    hvd::DistributedOptimizer opt(
+        sgd, prefixed_modules("asym.", {{"trunk", trunk.get()}, {"expert", expert.get()}}),
+        hvd::DistributedOptimizerOptions().backward_passes_per_step(bpps));
+    const int64_t n = 2;
+    torch::Tensor x = torch::arange(hvd::size() * n * 3, torch::kFloat).reshape({-1, 3}) / 20;
+    auto uses = [](int rank, int pass) { return rank == 0 || pass == 1; };
+    auto loss = [](torch::nn::Linear& t, torch::nn::Linear& e, const torch::Tensor& in, bool use) {
+      torch::Tensor h = torch::tanh(t->forward(in));
+      if (use) h = h + torch::tanh(e->forward(h));
+      return h.pow(2).mean();
+    };
+    for (int step = 0; step < 5; ++step) {
+      opt.zero_grad();
+      ref_sgd.zero_grad();
+      for (int pass = 0; pass < 2; ++pass) {
+        torch::Tensor in = x * (1.0 + pass + step);
+        loss(trunk, expert, in.slice(0, hvd::rank() * n, (hvd::rank() + 1) * n),
+             uses(hvd::rank(), pass))
+            .backward();
+        torch::Tensor total = torch::zeros({});
+        for (int r = 0; r < hvd::size(); ++r)
+          total = total + loss(rtrunk, rexpert, in.slice(0, r * n, (r + 1) * n), uses(r, pass));
+        (total / hvd::size()).backward();
+      }
+      opt.step();
+      ref_sgd.step();
+      require_identical_across_ranks(*trunk, "asym.trunk." + std::to_string(step));
+      require_identical_across_ranks(*expert, "asym.expert." + std::to_string(step));
+    }
+    require_close(*expert, *rexpert, 1e-5);
+    require_close(*trunk, *rtrunk, 1e-5);
   }
 }
 
