@@ -22,9 +22,11 @@ using hvd::test::Contains;
 
 namespace {
 
-/// One scalar parameter: its gradient (none = std::nullopt) and what stash() set aside.
+/// One scalar parameter: its gradient (none = std::nullopt), what stash() set aside, the
+/// result of its reduction and whether that reduction reads .grad.
 struct Scalar : GradParam {
-  std::optional<float> grad, base, wired;
+  std::optional<float> grad, base, wired, taken;
+  bool on_grad = false;
   std::weak_ptr<GradEntry> entry;
   bool attached = false;
   size_t nbytes() const override { return 4; }
@@ -39,10 +41,25 @@ struct Scalar : GradParam {
     grad.reset();
   }
   void drop_stash() override { base.reset(); }
+  void release() override {
+    taken = grad;
+    grad.reset();
+    on_grad = false;
+  }
+  void restore(bool released) override {
+    if (!grad) grad = released ? taken : base;
+    if (!released) base.reset();
+  }
+  void settle() override {
+    if (base) grad = grad.value_or(0.f) + *base;
+    base.reset();
+  }
+  bool untouched() const override { return on_grad; }
 };
 
 struct Done : GradReduction {
   hvd::Status wait() override { return hvd::Status(); }
+  bool done() override { return true; }
 };
 
 /// The other ranks contribute `others` (their sum) to every reduction; `size` ranks in all.
@@ -53,20 +70,29 @@ struct Frontend : GradFrontend {
   std::function<void()> on_submit;  ///< runs inside the registry's lock (a GC finalizer, say)
   hvd::Result<std::shared_ptr<GradReduction>> submit(const std::vector<GradParam*>& params,
                                                      const std::string& name, bool,
-                                                     const ReduceSettings& s) override {
+                                                     const ReduceSettings& s, bool zeros) override {
     names.push_back(name);
     if (on_submit) std::exchange(on_submit, nullptr)();
     for (GradParam* p : params) {
       auto* x = static_cast<Scalar*>(p);
-      float sum = x->grad.value_or(0.f) + others;
+      float sum = (zeros ? 0.f : x->grad.value_or(0.f)) + others;
       x->wired = s.op == hvd::ReduceOp::kSum ? sum : sum / size;
+      x->on_grad = !zeros;
     }
     return std::shared_ptr<GradReduction>(std::make_shared<Done>());
   }
-  void finish(GradParam& p, GradReduction&, size_t, bool ok) override {
+  void finish(GradParam& p, GradReduction&, size_t, bool ok, Use use) override {
     auto& x = static_cast<Scalar&>(p);
+    if (use == Use::kAside && ok) x.base = x.base.value_or(0.f) + *x.wired;
+    if (use != Use::kGrad) return;
     if (ok) x.grad = *x.wired + x.base.value_or(0.f);
     x.base.reset();
+    x.on_grad = false;
+  }
+  /// One rank in the agreement: its own counts.
+  hvd::Result<std::vector<int64_t>> agree(const std::string&, const std::vector<int64_t>& v,
+                                          int32_t) override {
+    return v;
   }
 };
 
