@@ -192,7 +192,10 @@ class _DistributedOptimizer:
         """Waits until every parameter of this optimizer holds its reduced gradient. Reductions
         not yet started (no gradient on this rank this step, or fewer than
         backward_passes_per_step passes) start now, contributing the current .grad (zeros when it
-        is None). Raises HorovodInternalError when a reduction failed."""
+        is None); the ranks then agree (one small allreduce) on how many reductions each
+        parameter had, and those with fewer contribute zeros, whatever passes reached it where.
+        Raises HorovodInternalError when a reduction failed, and on every rank when a gradient
+        was zeroed after uneven passes (see zero_grad())."""
         if not self._hvd_local:
             _core.registry_synchronize(self._hvd_owner, self._hvd_entries)
         self._hvd_synchronized = True
@@ -257,12 +260,11 @@ class _DistributedOptimizer:
     def zero_grad(self, *args, **kwargs):
         """Zeroes the gradients as the wrapped optimizer does. Reductions of this optimizer's
         gradients still in flight (a backward pass after its last step(), e.g. through another
-        optimizer's loss) are waited for and discarded first; accumulated backward passes are
-        dropped. Never raises for reductions in flight. (It waits for reductions this rank
-        started, which every rank must have started too: a parameter that got a gradient on some
-        ranks only must be stepped or synchronized before zero_grad(). ``model.zero_grad()``
-        works too: a reduction it overtakes is waited for by the next backward pass, and the
-        zeros are kept.)"""
+        optimizer's loss) are discarded, never waited for; accumulated backward passes are
+        dropped. Never raises. (Zeroing after passes that reached a parameter on some ranks
+        only would pair a discarded gradient with a kept one across ranks: the next step() or
+        synchronize() then raises on every rank; step or synchronize first in that case.
+        ``model.zero_grad()`` works too: the next backward pass sees it.)"""
         if not self._hvd_local:
             _core.registry_quiesce(self._hvd_entries)
         return self._hvd_base.zero_grad(self, *args, **kwargs)

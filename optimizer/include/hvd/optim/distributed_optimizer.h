@@ -153,15 +153,17 @@ class DistributedOptimizer {
   torch::Tensor step(torch::optim::Optimizer::LossClosure closure = nullptr);
   /// Waits until every parameter of this optimizer holds its reduced gradient: reductions not
   /// yet started (no gradient on this rank this step, or fewer than backward_passes_per_step
-  /// passes) start now, contributing the current .grad (zeros when it is undefined).
+  /// passes) start now, contributing the current .grad (zeros when it is undefined); the ranks
+  /// agree (one small allreduce) on how many reductions each parameter had, and those with fewer
+  /// contribute zeros, whatever passes reached it where. Throws hvd::Error on every rank when a
+  /// gradient was zeroed after uneven passes (see zero_grad()).
   void synchronize();
   /// Zeroes the gradients via the wrapped optimizer, as a single-process zero_grad() does: the
   /// reductions of this optimizer's gradients still in flight (a backward pass since its last
-  /// step(), e.g. through another optimizer's loss) are waited for and discarded first, failed
-  /// ones too, and passes accumulated towards backward_passes_per_step are dropped. Never throws
-  /// for reductions in flight. It waits for the reductions this rank started, which every rank
-  /// must start too: a parameter that got a gradient on some ranks only must be stepped or
-  /// synchronized before zero_grad().
+  /// step(), e.g. through another optimizer's loss) are discarded, never waited for, and passes
+  /// accumulated towards backward_passes_per_step are dropped. Never throws. Zeroing after
+  /// passes that reached a parameter on some ranks only would pair a discarded gradient with a
+  /// kept one: the next step() or synchronize() then throws on every rank (step first).
   void zero_grad();
   /// `{ auto g = opt.skip_synchronize(); opt.step(); }` after an explicit synchronize() (e.g. to
   /// clip gradients in between).
