@@ -21,13 +21,17 @@ EntryList unit_of(const std::shared_ptr<GradEntry>& e) {
   return e->group ? e->group->members : EntryList{e};
 }
 
+/// Minima travel as kFlip - v in the same maximum: positive, so that a rank that joined (hvd
+/// join(): zeros in every allreduce) changes neither the maxima nor the minima.
+constexpr int64_t kFlip = int64_t{1} << 62;
+
 /// What every rank must agree on before pairing: the entries' count and names.
 int64_t fingerprint(const EntryList& entries) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (const auto& e : entries) {
     for (unsigned char c : e->wire + '\n') h = (h ^ c) * 1099511628211ull;
   }
-  return static_cast<int64_t>(h & 0x3fffffffffffffffull);
+  return static_cast<int64_t>(h & 0x1fffffffffffffffull);
 }
 
 }  // namespace
@@ -309,7 +313,7 @@ Status GradRegistry::wait_and_finish(Lock& lk, const Waits& waits) {
 }
 
 Status GradRegistry::agree(Lock& lk, const EntryList& entries, std::vector<int64_t>& target) {
-  // [count, fingerprint, planned rounds..., discarded...], then the same negated: one
+  // [count, fingerprint, planned rounds..., discarded...], then kFlip minus each: one
   // allreduce (max) gives every rank the maxima and the minima.
   const size_t n = entries.size();
   std::vector<int64_t> v;
@@ -319,7 +323,7 @@ Status GradRegistry::agree(Lock& lk, const EntryList& entries, std::vector<int64
   for (size_t i = 0; i < n; ++i) v.push_back(target[i]);
   for (const auto& e : entries) v.push_back(e->discarded);
   const size_t half = v.size();
-  for (size_t i = 0; i < half; ++i) v.push_back(-v[i]);
+  for (size_t i = 0; i < half; ++i) v.push_back(kFlip - v[i]);
   const auto& first = *entries.front();
   const std::string labels = first.owner_labels();
   Result<std::vector<int64_t>> r =
@@ -327,7 +331,7 @@ Status GradRegistry::agree(Lock& lk, const EntryList& entries, std::vector<int64
   (void)lk;
   if (!r.ok()) return r.status();
   const std::vector<int64_t>& m = r.value();
-  if (m.size() != v.size() || m[0] != -m[half] || m[1] != -m[half + 1]) {
+  if (m.size() != v.size() || m[0] != kFlip - m[half] || m[1] != kFlip - m[half + 1]) {
     return mismatch("synchronize() of DistributedOptimizer " + labels +
                     ": the ranks synchronized different optimizers at once (" + std::to_string(n) +
                     " parameters here, starting with '" + first.name +
@@ -336,7 +340,7 @@ Status GradRegistry::agree(Lock& lk, const EntryList& entries, std::vector<int64
   }
   for (size_t i = 0; i < n; ++i) target[i] = m[2 + i];
   for (size_t i = 0; i < n; ++i) {
-    const int64_t most = m[2 + n + i], least = -m[half + 2 + n + i];
+    const int64_t most = m[2 + n + i], least = kFlip - m[half + 2 + n + i];
     if (most == least) continue;
     const GradEntry& e = *entries[i];
     return precondition(
