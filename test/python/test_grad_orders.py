@@ -403,8 +403,10 @@ def test_parameter_used_in_different_passes_on_different_ranks(passes, bpps):
                                    named_parameters=model.named_parameters(),
                                    backward_passes_per_step=bpps)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.5)
+    names = opt._hvd_entries.wires
     t0 = time.monotonic()
     for step in range(6):
+        before = submissions()
         opt.zero_grad()
         ref_opt.zero_grad()
         for p in range(passes):
@@ -417,6 +419,11 @@ def test_parameter_used_in_different_passes_on_different_ranks(passes, bpps):
             (loss / hvd.size()).backward()
         opt.step()
         ref_opt.step()
+        # Reductions per parameter: as many on every rank (the ranks with fewer passes through
+        # the expert padded with zeros), one at least, one per pass at most.
+        n = counted(before, names)
+        assert all(other == n for other in hvd.allgather_object(n)), (step, n)
+        assert all(1 <= v <= passes for v in n.values()), (step, n)
         assert same_on_every_rank(model), step
         assert max_diff(model, ref) <= TOL, step
     assert time.monotonic() - t0 < 10
@@ -503,3 +510,20 @@ def test_autograd_grad_leaves_grad_alone_then_trains_like_one_process():
             o.step()
         assert max_diff(model, ref) <= TOL, step
     assert same_on_every_rank(model)
+
+
+@pytest.mark.ranks(2, "rank 0 steps once more than the others, which have joined")
+def test_step_agreement_with_ranks_that_joined():
+    """Uneven data, Horovod's way: the ranks that ran out join, rank 0 steps once more. The
+    joined ranks contribute zeros to its allreduces, the agreement of step() included (guards
+    the agreement's encoding: minima must survive the zeros)."""
+    faulthandler.dump_traceback_later(20, exit=True)
+    x, y = data(28)
+    model = mlp(29)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for _ in range(3 if hvd.rank() == 0 else 2):
+        opt.zero_grad()
+        F.mse_loss(model(shard(x)), shard(y)).backward()
+        opt.step()
+    assert hvd.join() == 0

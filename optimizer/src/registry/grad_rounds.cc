@@ -109,6 +109,10 @@ void GradRegistry::complete(GradEntry& e, bool ok) {
   const Use use = e.drop ? Use::kDrop : e.aside ? Use::kAside : Use::kGrad;
   fe_.finish(*e.param, *r, e.slot, ok, use);
   e.aside = e.drop = false;
+  // Results add up in submission order on every rank, so every rank gets the same bits: one
+  // that completes after the .grad reduction (zeros padding a rank with fewer) goes straight
+  // into .grad, whose sum it continues.
+  if (use == Use::kAside && e.state == State::kClean) e.param->settle();
   if (use != Use::kGrad) return;
   e.state = State::kClean;
   e.passes = 0;
