@@ -316,7 +316,7 @@ Status GradRegistry::wait_and_finish(Lock& lk, const Waits& waits) {
   return first_error;
 }
 
-Status GradRegistry::agree(Lock& lk, const EntryList& entries, std::vector<int64_t>& target) {
+Status GradRegistry::agree(const EntryList& entries, std::vector<int64_t>& target) {
   // [count, fingerprint, planned rounds..., discarded...], then kFlip minus each: one
   // allreduce (max) gives every rank the maxima and the minima.
   const size_t n = entries.size();
@@ -332,7 +332,6 @@ Status GradRegistry::agree(Lock& lk, const EntryList& entries, std::vector<int64
   const std::string labels = first.owner_labels();
   Result<std::vector<int64_t>> r =
       fe_.agree("grad.agree." + first.wire, v, first.settings.process_set);
-  (void)lk;
   if (!r.ok()) return r.status();
   const std::vector<int64_t>& m = r.value();
   if (m.size() != v.size() || m[0] != kFlip - m[half] || m[1] != kFlip - m[half + 1]) {
@@ -418,7 +417,7 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
   // 2. The agreement: how many reductions each entry has on the rank that has most.
   // A mismatch of the names fails at once (pairing is impossible); a mismatch of the
   // reductions dropped is reported once every reduction completed (nothing is left in flight).
-  Status refused = agree(lk, entries, target);
+  Status refused = agree(entries, target);
   if (!refused.ok() && refused.code() != StatusCode::kPrecondition) return refused;
   // 3. In order, per unit: what this rank has, then zeros up to the target. A name is in flight
   // once: each rank waits for its previous reduction of the unit, which every rank submits in the

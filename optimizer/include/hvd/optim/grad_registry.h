@@ -281,7 +281,9 @@ class GradRegistry {
   Status flush();
   Status submit(const EntryList& entries, const std::string& group_name, bool zeros = false);
   bool group_ready(const GradEntry::Group& g) const;
-  Status agree(Lock& lk, const EntryList& entries, std::vector<int64_t>& target);
+  /// Exchanges the planned reduction counts (`target`, replaced by the maxima) and checks
+  /// that every rank dropped as many (the lock stays held: the counts must not move).
+  Status agree(const EntryList& entries, std::vector<int64_t>& target);
   Waits in_flight(const EntryList& entries) const;
   void remove_locked(Lock& lk, int64_t owner, const EntryList& entries);
   void drain_deferred(Lock& lk);
