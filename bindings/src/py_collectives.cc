@@ -479,6 +479,14 @@ void bind_movement(pyb::module_& m) {
          int32_t ps) { hvd::detail::refuse_call(op, name, group_size, reason, ProcessSet(ps)); },
       "refuse_call(op, name, group_size, reason, process_set): this rank's call of `op` fails "
       "on every rank with `reason` (negotiated; see hvd::detail::refuse_call). Always raises.");
+  m.def(
+      "refuse_call_without_set",
+      [](const std::string& op, const std::string& name, const std::string& reason) {
+        hvd::detail::refuse_call_without_set(op, name, reason);
+      },
+      "refuse_call_without_set(op, name, reason): this rank's call of `op` on a process set it "
+      "cannot name fails the call the other ranks wait for from it alone (see "
+      "hvd::detail::refuse_call_without_set). Always raises.");
   m.def("broadcast_async",
         [](pyb::object keep, const Desc& d, int root, const std::string& name, int32_t ps) {
           maybe_sweep();

@@ -20,6 +20,7 @@ constexpr uint64_t kFlagError = 4;         // a rank failed: a full round, every
 constexpr uint64_t kFlagPendingNames = 8;  // rank 0 asks for every rank's pending names
 constexpr uint64_t kFlagLateQuery = 16;    // rank 0 asks who was late (controller_late.cc)
 constexpr uint64_t kFlagAges = 32;         // rank 0 records late ranks: note ready ages
+constexpr uint64_t kFlagNotice = 64;       // a refusal notice to send, or rank 0 holds some
 
 // Grouped allreduces are cached too, whole (controller_groups.cc); other grouped collectives
 // (whose cached responses would name every member) always go through rank 0.
@@ -107,6 +108,7 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
   if (want_pending_names_) flags |= kFlagPendingNames;
   if (!late_query_.empty()) flags |= kFlagLateQuery;
   if (wants_ages_) flags |= kFlagAges;
+  if (!local_notices_.empty() || notices_held_ > 0) flags |= kFlagNotice;
   stamp_fresh_ = false;  // the next submissions are stamped at their round
   last_ages_.swap(ready_ages_);
   ready_ages_.clear();
@@ -120,6 +122,7 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
   HVD_RETURN_IF_ERROR(transport_->allreduce_and(&words));
   const uint64_t any_flags = ~words[0];
   ages_wanted_ = (any_flags & kFlagAges) != 0;
+  notice_round_ = (any_flags & kFlagNotice) != 0;
   // From here on, whatever throws becomes this rank's error (sent to rank 0 in this round's
   // full path, or flagged in the next round): the round's collectives go on symmetrically.
   std::vector<int> joined;
@@ -130,8 +133,8 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
   }
   Status decoded = guarded("decoding the round", [&] { decode_round(words, nw, joined, out); });
   if (!decoded.ok()) fail(decoded);
-  out->full_round =
-      (any_flags & (kFlagUncached | kFlagShutdown | kFlagError)) != 0 || !joined.empty();
+  out->full_round = (any_flags & (kFlagUncached | kFlagShutdown | kFlagError | kFlagNotice)) != 0 ||
+                    !joined.empty();
   Status st = out->full_round ? full_round(want_shutdown, joined, out) : Status::OK();
   if (st.ok() && (any_flags & kFlagPendingNames)) st = exchange_pending_names();
   if (st.ok() && (any_flags & kFlagLateQuery)) st = exchange_late_ranks();
@@ -197,8 +200,9 @@ void Controller::decode_round(const std::vector<uint64_t>& words, size_t nw,
   out->cached_signature = out->cached.empty() ? 0 : cached_signature_;
 
   // While some rank has joined, the coordinator decides what is ready (it knows who submitted
-  // what); pending cached requests go through it too, and nothing new is cached.
-  if (!joined.empty()) {
+  // what); pending cached requests go through it too, and nothing new is cached. The same
+  // while rank 0 holds refusal notices: it must see what every rank waits for.
+  if (!joined.empty() || notice_round_) {
     for (uint32_t b = 0; num_pending_ > 0 && b < pending_.size(); ++b) {
       if (TensorEntry* e = take_pending(b)) uncached_.push_back(e);
     }
@@ -222,7 +226,16 @@ Status Controller::full_round(bool want_shutdown, const std::vector<int>& joined
       ++waiting_;
     }
     uncached_.clear();
-    mine = serialize_requests(reqs, want_shutdown, local_error_);
+    mine = serialize_requests(reqs, want_shutdown, local_error_, local_notices_,
+                              notices_went_on_ && !local_notices_.empty());
+    if (!local_notices_.empty()) {
+      notice_sent_until_ = std::chrono::steady_clock::now() + 2 * kNoticeGrace;
+    } else if (notice_sent_until_ != std::chrono::steady_clock::time_point{} &&
+               !notice_sent_recently()) {
+      notice_sent_until_ = {};
+    }
+    local_notices_.clear();
+    notices_went_on_ = false;
   });
   if (!sent.ok()) {
     fail(sent);  // an empty list, should even this throw: rank 0 cannot read it, all stop
@@ -250,10 +263,12 @@ Status Controller::full_round(bool want_shutdown, const std::vector<int>& joined
   if (!rl.value().error.empty()) return internal_error(rl.value().error);
   out->shutdown_ranks = rl.value().shutdown_ranks;
   out->shutdown = !out->shutdown_ranks.empty();
+  out->shutdown_note = rl.value().shutdown_note;
   // The responses are agreed: they run even if caching them fails here (the failure then
   // stops every rank at the next round).
-  Status cached = guarded("caching the round's responses",
-                          [&] { cache_new_responses(rl.value().responses, !joined.empty()); });
+  Status cached = guarded("caching the round's responses", [&] {
+    cache_new_responses(rl.value().responses, !joined.empty() || notice_round_);
+  });
   if (!cached.ok()) fail(cached);
   for (auto& r : rl.value().responses) {
     if (r.op == OpType::kJoin && !r.is_error()) joined_ = false;
@@ -282,6 +297,16 @@ std::vector<uint8_t> Controller::coordinate(const std::vector<std::vector<uint8_
     rl.error = "hvd stopped on every rank: " + errors;
     return serialize(rl);
   }
+  ++coordinated_rounds_;
+  for (size_t i = 0; i < lists.size(); ++i) {
+    const bool sent = !lists[i].requests.empty() || lists[i].shutdown;
+    if (notices_held_ > 0 || !lists[i].notices.empty()) {
+      coordinator_take_notices(static_cast<int>(i), &lists[i].notices, sent, lists[i].went_on);
+    }
+  }
+  // Before the requests: a request that runs drops its rank's notices (it went on), and a
+  // mistake every rank made must be dropped on every rank first.
+  if (notices_held_ > 0) coordinator_drop_agreed();
   for (size_t i = 0; i < lists.size(); ++i) {
     if (lists[i].shutdown) rl.shutdown_ranks.push_back(static_cast<int32_t>(i));
     for (auto& r : lists[i].requests) {
@@ -290,7 +315,9 @@ std::vector<uint8_t> Controller::coordinate(const std::vector<std::vector<uint8_
     }
   }
   if (!joined.empty()) coordinator_sweep(joined, &rl.responses);
+  coordinator_match_notices(joined, &rl.responses);
   coordinator_fail_groups(joined, &rl.responses);
+  if (!rl.shutdown_ranks.empty()) rl.shutdown_note = coordinator_shutdown_note(rl.shutdown_ranks);
   return serialize(rl);
 }
 
@@ -356,6 +383,10 @@ void Controller::coordinator_add(const Request& r, const std::vector<int>& joine
   if (r.rank < 0 || r.rank >= size() || p.per_rank[static_cast<size_t>(r.rank)]) return;
   p.per_rank[static_cast<size_t>(r.rank)] = r;
   ++p.count;
+  if (notices_held_ > 0) {
+    const auto& mine = notices_[static_cast<size_t>(r.rank)];
+    if (!mine.empty() && mine.front().round < coordinated_rounds_) p.after_notice.push_back(r.rank);
+  }
   if (p.is_join) {
     const int64_t waited_us = r.splits.empty() ? 0 : std::max<int64_t>(0, r.splits.front());
     p.joined_at.resize(static_cast<size_t>(size()));
@@ -406,9 +437,18 @@ void Controller::coordinator_emit(const std::string& name, std::vector<Response>
       absent.push_back(static_cast<int>(i));
     }
   }
+  const std::vector<int> after_notice = std::move(p.after_notice);
   table_.erase(name);
   const Request r = reqs.front();
   Response resp = build_response(reqs, size(), absent);
+  if (!resp.is_error()) {
+    // These ranks went on in step with the others after their refusals: nobody waits for
+    // the refused calls any more.
+    for (int k : after_notice) {
+      notices_held_ -= notices_[static_cast<size_t>(k)].size();
+      notices_[static_cast<size_t>(k)].clear();
+    }
+  }
   if (r.op == OpType::kJoin) resp.root = last_rank;
   if (r.group.empty()) {
     ready->push_back(std::move(resp));

@@ -191,17 +191,20 @@ std::vector<uint8_t> serialize(const RequestList& l) {
   std::vector<const Request*> ptrs;
   ptrs.reserve(l.requests.size());
   for (const auto& r : l.requests) ptrs.push_back(&r);
-  return serialize_requests(ptrs, l.shutdown, l.error);
+  return serialize_requests(ptrs, l.shutdown, l.error, l.notices, l.went_on);
 }
 
 std::vector<uint8_t> serialize_requests(const std::vector<const Request*>& requests, bool shutdown,
-                                        const std::string& error) {
+                                        const std::string& error,
+                                        const std::vector<std::string>& notices, bool went_on) {
   Writer w;
   w.field(kRequestMagic);
   w.field(static_cast<uint8_t>(shutdown ? 1 : 0));
   w.field(static_cast<uint32_t>(requests.size()));
   for (const Request* r : requests) request_fields(w, *r);
   w.field(error);
+  w.field(notices);
+  w.field(static_cast<uint8_t>(went_on ? 1 : 0));
   return w.take();
 }
 
@@ -216,7 +219,9 @@ Result<RequestList> parse_request_list(const uint8_t* data, size_t size) {
     ok = request_fields(rd, r);
     if (ok) l.requests.push_back(std::move(r));
   }
-  ok = ok && rd.field(l.error);
+  uint8_t went_on = 0;
+  ok = ok && rd.field(l.error) && rd.field(l.notices) && rd.field(went_on);
+  l.went_on = went_on != 0;
   if (!ok || !rd.done()) {
     return internal_error("malformed request list (" + std::to_string(size) + " bytes)");
   }
@@ -231,6 +236,7 @@ std::vector<uint8_t> serialize(const ResponseList& l) {
   w.field(static_cast<uint32_t>(l.responses.size()));
   for (const auto& r : l.responses) response_fields(w, r);
   w.field(l.error);
+  w.field(l.shutdown_note);
   return w.take();
 }
 
@@ -245,7 +251,7 @@ Result<ResponseList> parse_response_list(const uint8_t* data, size_t size) {
     ok = response_fields(rd, r);
     if (ok) l.responses.push_back(std::move(r));
   }
-  ok = ok && rd.field(l.error);
+  ok = ok && rd.field(l.error) && rd.field(l.shutdown_note);
   if (!ok || !rd.done()) {
     return internal_error("malformed response list (" + std::to_string(size) + " bytes)");
   }

@@ -282,6 +282,41 @@ Handle Runtime::enqueue_slot(const std::string& name, FunctionRef<bool(TensorEnt
   return h;
 }
 
+void Runtime::post_notice(const std::string& text) {
+  if (size_ < 2) return;  // nobody waits for this rank
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stopped_) return;
+  notices_.push_back(text);
+  queued_at_notice_ = queue_.size();
+  if ((sleeping_ || pausing_) && !woken_) {
+    woken_ = true;
+    cv_.notify_one();
+  }
+}
+
+void Runtime::notice_refusal(int32_t set, const std::string& what) {
+  const std::string text = Controller::notice_text(rank_, what);
+  if (set == parts_.process_set) {
+    post_notice(text);
+    return;
+  }
+  if (parts_.process_set != 0) return;  // only the global runtime knows the other sets
+  std::vector<std::shared_ptr<Runtime>> to;
+  bool unknown = false;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    auto c = children_.find(set);
+    if (c != children_.end()) {
+      to.push_back(c->second);
+    } else if (!set_ranks_.count(set)) {
+      unknown = true;
+      for (auto& kv : children_) to.push_back(kv.second);
+    }
+  }
+  if (unknown) post_notice(text);
+  for (auto& r : to) r->post_notice(text);
+}
+
 Status Runtime::global_root_to_set_rank(Request* r) const {
   // A broadcast's root is a global rank (as in Horovod and torch.distributed); the set's
   // negotiation and executors use the rank within the set.
@@ -367,14 +402,17 @@ void Runtime::drop_idle_slots() {
 bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdown) {
   std::unique_lock<std::mutex> lk(mu_);
   if (stopped_) return false;
-  const bool was_idle = queue_.empty() && !controller_.has_pending() && !shutdown_requested_;
+  const bool was_idle =
+      queue_.empty() && notices_.empty() && !controller_.has_pending() && !shutdown_requested_;
   if (was_idle) {
     // Nothing to negotiate: block (no polling) until a user thread submits, or until the
     // stall heartbeat: then take part in one (empty) round, so that ranks which did submit
     // are not blocked in a round forever and rank 0 learns about and reports the stall.
     sleeping_ = true;
     woken_ = false;
-    auto woken = [&] { return stopped_ || !queue_.empty() || shutdown_requested_; };
+    auto woken = [&] {
+      return stopped_ || !queue_.empty() || !notices_.empty() || shutdown_requested_;
+    };
     const auto heartbeat = idle_heartbeat();
     if (heartbeat.count() > 0) {
       cv_.wait_for(lk, heartbeat, woken);
@@ -391,7 +429,9 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
     auto pause = kSettleStep * (1 << std::min(fruitless_rounds_, 5));
     pausing_ = true;  // enqueue() wakes a pausing loop as it wakes a sleeping one
     woken_ = false;
-    cv_.wait_for(lk, pause, [&] { return stopped_ || !queue_.empty() || shutdown_requested_; });
+    cv_.wait_for(lk, pause, [&] {
+      return stopped_ || !queue_.empty() || !notices_.empty() || shutdown_requested_;
+    });
     pausing_ = false;
   }
   if (was_idle && !shutdown_requested_ && !queue_.empty()) {  // empty: a heartbeat round
@@ -423,6 +463,11 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
       }
       settling_ = false;
     }
+  }
+  if (!notices_.empty()) {
+    const bool went_on = queue_.size() > queued_at_notice_;  // submitted after the last one
+    for (std::string& text : notices_) controller_.notice(std::move(text), went_on);
+    notices_.clear();
   }
   fresh->swap(queue_);  // queue_ takes the (cleared) vector of the last round
   *want_shutdown = shutdown_requested_;

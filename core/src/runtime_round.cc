@@ -119,7 +119,8 @@ bool Runtime::run_once() {
     std::vector<int> who(round.shutdown_ranks.begin(), round.shutdown_ranks.end());
     Status st = aborted("hvd was shut down (shutdown() called on " +
                         std::string(who.size() == 1 ? "rank " : "ranks ") + rank_ranges(who) +
-                        ") before this collective could run on every rank");
+                        ") before this collective could run on every rank" +
+                        (round.shutdown_note.empty() ? "" : "; " + round.shutdown_note));
     Finished finished;
     {
       std::lock_guard<std::mutex> lk(mu_);

@@ -95,16 +95,23 @@ RuntimeRef set_runtime_slow(const char* fn, const std::string& name, const Proce
     if (s.size() > 6 && s.compare(s.size() - 6, 6, "_async") == 0) s.resize(s.size() - 6);
     return s;
   };
+  // A mistake found here leaves this rank without the tensor the other ranks call: a notice
+  // fails their call instead of leaving them waiting for this rank (Runtime::notice_refusal).
+  auto refuse = [&rt, &ps](const Status& s) {
+    rt->notice_refusal(ps.id(), s.message());
+    throw Error(s);
+  };
   if (!name.empty() && name[0] == core::kReservedNamePrefix) {
-    throw_if_error(core::check_user_name(op(), name));
+    Status bad = core::check_user_name(op(), name);
+    if (!bad.ok()) refuse(bad);
   }
   // The common case, the global set: the reference just taken serves (no second one, which
   // cost four atomic read-modify-writes per collective on the caller's thread).
   if (ps.id() == rt->process_set_id()) return rt;
   auto r = rt->process_set(ps.id());
   if (!r.ok()) {
-    throw Error(Status(r.status().code(), op() + (name.empty() ? "" : " '" + name + "'") + ": " +
-                                              r.status().message()));
+    refuse(Status(r.status().code(),
+                  op() + (name.empty() ? "" : " '" + name + "'") + ": " + r.status().message()));
   }
   return RuntimeRef(r.value());
 }
@@ -385,6 +392,14 @@ void refuse_call(const std::string& op_word, const std::string& name, int group_
                  });
   }
   throw Error(invalid_argument(core::describe(op, name) + ": " + reason));  // not reached
+}
+
+void refuse_call_without_set(const std::string& op_word, const std::string& name,
+                             const std::string& reason) {
+  auto rt = runtime(op_word.c_str());
+  const std::string what = op_word + (name.empty() ? "" : " '" + name + "'") + ": " + reason;
+  rt->notice_refusal(-1, what);  // -1: no such set, so every set this rank is in
+  throw Error(invalid_argument(what));
 }
 
 void throw_refusal(const Handle& h) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <thread>
 
 #include "hvd_catch.h"
 #include "mpi_test_util.h"
@@ -135,4 +136,132 @@ TEST_CASE("a mistake on one rank fails every rank's call at once", "[mpi][multir
       [&] { hvd::allreduce(va, "one.scale", ReduceOp::kSum, r == last ? 1.0 + 1e-9 : 1.0); });
   CHECK_THAT(err, Contains("prescale factor 1 on rank"));
   CHECK_THAT(err, Contains("1.000000001 on rank " + std::to_string(last)));
+}
+
+namespace {
+
+// Waits for `h` at most `limit_s` seconds (a hang becomes a failure, not an endless test);
+// returns its error, "(no error)", or "(still waiting)". `*ms`: how long it took.
+std::string error_within(const hvd::Handle& h, double limit_s, double* ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto waited = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  while (!h.poll() && waited() < limit_s)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  *ms = waited() * 1000;
+  return h.poll() ? hvd_test::wait_error(h)
+                  : "(still waiting after " + std::to_string(limit_s) + " s)";
+}
+
+// The last rank makes `wrong` (it throws at once, before it could name the tensor the others
+// call: a reserved name, an unknown or removed set); the ranks in `right_ranks` call `right`;
+// the others nothing. Every calling rank must fail within 2 s, the others naming the last
+// rank, its reason and their tensor; then the job goes on.
+void refused_before_naming(const char* label, const std::vector<int>& right_ranks,
+                           const std::function<hvd::Handle()>& right,
+                           const std::function<void()>& wrong, const std::string& tensor,
+                           const std::string& reason) {
+  const int r = hvd::rank(), last = hvd::size() - 1;
+  double ms = 0;
+  std::string err;
+  INFO(label << " on rank " << r);
+  if (r == last) {
+    const auto t0 = std::chrono::steady_clock::now();
+    err = error_of(wrong);
+    ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    CHECK_THAT(err, Contains(reason));
+  } else if (std::find(right_ranks.begin(), right_ranks.end(), r) != right_ranks.end()) {
+    err = error_within(right(), 5.0, &ms);
+    CHECK_THAT(err, Contains(tensor));
+    CHECK_THAT(err, Contains("rank " + std::to_string(last) + " refused its call locally"));
+    CHECK_THAT(err, Contains(reason));
+  }
+  CHECK(ms < 2000);
+  std::vector<double> all(static_cast<size_t>(hvd::size()), 0.0);
+  all[static_cast<size_t>(r)] = ms;
+  hvd::allreduce(hvd::TensorView(all.data(), DataType::kFloat64, {hvd::size()}), "",
+                 ReduceOp::kSum);
+  if (r == 0) {
+    std::printf("[%s] np %d: ranks failed within", label, hvd::size());
+    for (double x : all) std::printf(" %.1f", x);
+    std::printf(" ms\n");
+  }
+  std::vector<int32_t> v(2, 1);
+  hvd::allreduce(hvd::TensorView(v.data(), DataType::kInt32, {2}), "", ReduceOp::kSum);
+  REQUIRE(v[0] == hvd::size());
+}
+
+}  // namespace
+
+TEST_CASE("a call refused before naming its tensor on one rank fails every rank within 2 s",
+          "[mpi][multirank]") {
+  REQUIRE(hvd::size() >= 2);
+  const int last = hvd::size() - 1;
+  std::vector<int> everyone_else;
+  for (int i = 0; i < last; ++i) everyone_else.push_back(i);
+  std::vector<float> a(4, 1.0f);
+  hvd::TensorView va(a.data(), DataType::kFloat32, {4});
+  const std::string reserved = "names starting with '@' are reserved";
+  for (const bool cached : {false, true}) {
+    const std::string x = cached ? "nb.cached" : "nb.fresh";
+    if (cached) {
+      for (int i = 0; i < 2; ++i) hvd::allreduce(va, x);  // the others take the cached path
+    }
+    refused_before_naming(
+        cached ? "reserved name, cached" : "reserved name", everyone_else,
+        [&] { return hvd::allreduce_async(va, x); }, [&] { hvd::allreduce(va, "@" + x); },
+        "allreduce '" + x + "'", reserved);
+  }
+  refused_before_naming(
+      "unknown process set", everyone_else, [&] { return hvd::allreduce_async(va, "nb.unknown"); },
+      [&] { hvd::allreduce(va, "nb.unknown", ReduceOp::kSum, 1.0, 1.0, hvd::ProcessSet(12345)); },
+      "allreduce 'nb.unknown'", "there is no process set 12345");
+  // A removed set (every rank removed it) given by the last rank only.
+  hvd::ProcessSet gone = hvd::add_process_set({0, last});
+  const int32_t gone_id = gone.id();
+  hvd::remove_process_set(gone);
+  refused_before_naming(
+      "removed process set", everyone_else, [&] { return hvd::allgather_async(va, "nb.removed"); },
+      [&] { hvd::allgather_async(va, "nb.removed", hvd::ProcessSet(gone_id)).wait(); },
+      "allgather 'nb.removed'", "there is no process set " + std::to_string(gone_id));
+  // On a process set: rank 0 waits there, the last rank gives an unknown set / a reserved name.
+  hvd::ProcessSet pair = hvd::add_process_set({0, last});
+  refused_before_naming(
+      "unknown set, others on a process set", {0},
+      [&] { return hvd::allreduce_async(va, "nb.pair", ReduceOp::kSum, 1.0, 1.0, pair); },
+      [&] { hvd::allreduce(va, "nb.pair", ReduceOp::kSum, 1.0, 1.0, hvd::ProcessSet(12345)); },
+      "allreduce 'nb.pair'", "there is no process set 12345");
+  refused_before_naming(
+      "reserved name on a process set", {0},
+      [&] { return hvd::broadcast_async(va, 0, "nb.pair.b", pair); },
+      [&] { hvd::broadcast(va, 0, "@nb.pair.b", pair); }, "broadcast 'nb.pair.b'", reserved);
+  // A grouped call: every member fails.
+  std::vector<float> b(4, 1.0f);
+  hvd::TensorView vb(b.data(), DataType::kFloat32, {4});
+  {
+    const int r = hvd::rank();
+    double ms = 0;
+    std::string err;
+    if (r == last) {
+      err = error_of([&] { hvd::grouped_allreduce({va, vb}, "@nb.group"); });
+      CHECK_THAT(err, Contains(reserved));
+    } else {
+      err = error_within(hvd::grouped_allreduce_async({va, vb}, "nb.group"), 5.0, &ms);
+      CHECK_THAT(err, Contains("refused its call locally"));
+    }
+    CHECK(ms < 2000);
+  }
+  // Every rank makes the same mistake: each fails alone, as before, and nothing is left over
+  // to fail a later call that the last rank comes to late.
+  CHECK_THAT(error_of([&] { hvd::allreduce(va, "@nb.all"); }), Contains(reserved));
+  CHECK_THAT(error_of([&] {
+               hvd::allreduce(va, "nb.all", ReduceOp::kSum, 1.0, 1.0, hvd::ProcessSet(12345));
+             }),
+             Contains("there is no process set 12345"));
+  if (hvd::rank() == last) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::vector<float> c(4, 1.0f);
+  hvd::allreduce(hvd::TensorView(c.data(), DataType::kFloat32, {4}), "nb.after", ReduceOp::kSum);
+  CHECK(c[0] == static_cast<float>(hvd::size()));
+  hvd::remove_process_set(pair);
 }

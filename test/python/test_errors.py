@@ -319,3 +319,52 @@ def test_sparse_allreduce_mistake_on_one_rank_fails_every_rank_within_2s(hard_de
     # The automatic names stayed in step: an unnamed sparse allreduce works on every rank.
     out = hvd.sparse_allreduce_async(_sparse(), None, hvd.Sum)().to_dense()
     assert out.tolist() == [N * 1.0, 0.0, N * 2.0, 0.0]
+
+
+def _unknown_set(kind):
+    """A process set argument that the last rank cannot use: never added, an id the core does
+    not know, or removed (by every rank)."""
+    if kind == "never added":
+        return hvd.ProcessSet([0, N - 1])
+    if kind == "unknown id":
+        ps = hvd.ProcessSet([0, N - 1])
+        ps.process_set_id = 12345
+        return ps
+    ps = hvd.add_process_set([N - 1])  # not the global set's ranks, also at np 2
+    hvd.remove_process_set(ps)
+    return ps
+
+
+@pytest.mark.ranks(2, "one rank's mistake beside ranks calling correctly")
+@pytest.mark.parametrize("case", ["reserved name", "never added", "unknown id", "removed"])
+def test_call_refused_before_naming_its_tensor_fails_every_rank_within_2s(hard_deadline, case):
+    last = N - 1
+    name = f"err.nb.{case.replace(' ', '_')}"
+    wrong_set = None if case == "reserved name" else _unknown_set(case)
+    start = time.monotonic()
+    if R == last:
+        with pytest.raises((ValueError, hvd.HorovodInternalError)) as e:
+            if wrong_set is None:
+                hvd.allreduce(torch.ones(3), name="@" + name)
+            else:
+                hvd.allreduce(torch.ones(3), name=name, process_set=wrong_set)
+        mine = str(e.value)
+    else:
+        h = hvd.allreduce_async(torch.ones(3), name=name)
+        while not hvd.poll(h) and time.monotonic() - start < 5:
+            time.sleep(0.0005)
+        assert hvd.poll(h), f"rank {R}: still waiting for '{name}' after 5 s"
+        with pytest.raises(hvd.HorovodInternalError) as e:
+            hvd.synchronize(h)
+        msg = str(e.value)
+        assert f"'{name}'" in msg and f"rank {last} refused its call locally" in msg, msg
+        mine = msg
+    elapsed = time.monotonic() - start
+    expected = "reserved" if case == "reserved name" else (
+        "there is no process set 12345" if case == "unknown id" else "not registered")
+    assert expected in mine, mine
+    took = hvd.allgather(torch.tensor([elapsed]))
+    print(f"[{case}] np {N}: ranks failed within "
+          + " ".join(f"{float(x) * 1000:.1f}" for x in took) + " ms")
+    assert elapsed < 2.0, f"rank {R} took {elapsed:.2f} s to fail"
+    the_job_goes_on()

@@ -88,6 +88,8 @@ TEST_CASE("request list round trips every field", "[unit]") {
   RequestList l;
   l.shutdown = true;
   l.error = "rank 3: executing allreduce 'w' threw: bad_alloc";
+  l.notices = {"rank 3 refused its call locally (allreduce '@w': reserved)", ""};
+  l.went_on = true;
   l.requests.push_back(full_request());
   Request plain;  // all defaults, empty name, no group, no splits
   l.requests.push_back(plain);
@@ -96,6 +98,8 @@ TEST_CASE("request list round trips every field", "[unit]") {
   REQUIRE(parsed.ok());
   REQUIRE(parsed.value().shutdown);
   REQUIRE(parsed.value().error == l.error);
+  REQUIRE(parsed.value().notices == l.notices);
+  REQUIRE(parsed.value().went_on);
   REQUIRE(parsed.value().requests.size() == 2);
   require_same(parsed.value().requests[0], full_request());
   require_same(parsed.value().requests[1], plain);
@@ -115,6 +119,7 @@ TEST_CASE("response list round trips every field, shutdown ranks and errors", "[
   ResponseList l;
   l.shutdown_ranks = {0, 3, 17};
   l.error = "hvd stopped on every rank: rank 3: ...";
+  l.shutdown_note = "rank 0 refused its call: alltoall 'x': splits";
   l.responses.push_back(full_response());
   Response ok;
   ok.names = {"w"};
@@ -125,6 +130,7 @@ TEST_CASE("response list round trips every field, shutdown ranks and errors", "[
   REQUIRE(parsed.ok());
   REQUIRE(parsed.value().shutdown_ranks == std::vector<int32_t>{0, 3, 17});
   REQUIRE(parsed.value().error == l.error);
+  REQUIRE(parsed.value().shutdown_note == l.shutdown_note);
   REQUIRE(parsed.value().responses.size() == 2);
   require_same(parsed.value().responses[0], full_response());
   REQUIRE(parsed.value().responses[0].is_error());
@@ -156,10 +162,10 @@ TEST_CASE("every truncation of a response list is rejected", "[unit]") {
 }
 
 TEST_CASE("trailing bytes after a list are rejected", "[unit]") {
-  auto req = serialize(RequestList{{full_request()}, false, ""});
+  auto req = serialize(RequestList{{full_request()}, false, "", {}, false});
   req.push_back(0);
   REQUIRE_FALSE(parse_request_list(req.data(), req.size()).ok());
-  auto resp = serialize(ResponseList{{full_response()}, {}, ""});
+  auto resp = serialize(ResponseList{{full_response()}, {}, "", ""});
   resp.push_back(0);
   REQUIRE_FALSE(parse_response_list(resp.data(), resp.size()).ok());
 }
@@ -175,7 +181,7 @@ TEST_CASE("corrupted enum bytes in a request are rejected", "[unit]") {
   // Layout: magic(4) shutdown(1) count(4) | rank(4) op(1) name_len(4) name dtype(1) ... | error
   Request r;
   r.name = "x";
-  auto good = serialize(RequestList{{r}, false, ""});
+  auto good = serialize(RequestList{{r}, false, "", {}, false});
   REQUIRE(parse_request_list(good.data(), good.size()).ok());
   const size_t op_at = 4 + 1 + 4 + 4;
   const size_t dtype_at = op_at + 1 + 4 + 1;
@@ -201,7 +207,7 @@ TEST_CASE("corrupted enum bytes in a request are rejected", "[unit]") {
 TEST_CASE("a huge length prefix in a response list is rejected, not allocated", "[unit]") {
   Response r;
   r.names = {"x"};
-  auto good = serialize(ResponseList{{r}, {}, ""});
+  auto good = serialize(ResponseList{{r}, {}, "", ""});
   // magic(4) nshut(4) count(4) op(1) nnames(4) name_len(4)
   auto bad = good;
   const uint32_t huge = 0xfffffff0u;
@@ -258,7 +264,7 @@ TEST_CASE("same_params compares each parameter of the one field list and nothing
 TEST_CASE("every Request field survives the wire, and response_of copies its counterparts",
           "[unit]") {
   const Request a = full_request();
-  auto bytes = serialize(RequestList{{a}, false, ""});
+  auto bytes = serialize(RequestList{{a}, false, "", {}, false});
   auto back = parse_request_list(bytes.data(), bytes.size());
   REQUIRE(back.ok());
   REQUIRE(back.value().requests.size() == 1);

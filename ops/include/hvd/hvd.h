@@ -235,6 +235,12 @@ namespace detail {
 /// its caller found wrong: a duplicate set, a list it could not read), so that the other ranks'
 /// add_process_set fails with `reason` instead of waiting for it. Always throws hvd::Error.
 [[noreturn]] void refuse_add_process_set(const std::vector<int>& ranks, const std::string& reason);
+/// Same for a call whose process set this rank cannot name (never registered, or removed, in
+/// the binding's own objects): `op` and `name` as given, `reason` the binding's error. The
+/// other ranks' call that waits for this rank alone fails with it (a refusal notice, see
+/// core::Runtime::notice_refusal). Always throws hvd::Error.
+[[noreturn]] void refuse_call_without_set(const std::string& op, const std::string& name,
+                                          const std::string& reason);
 }  // namespace detail
 
 }  // namespace hvd

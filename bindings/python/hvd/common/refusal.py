@@ -58,9 +58,16 @@ def _refuse(op, items, sig, args, kwargs, err):
             size = max(len(a.get(items)), 1)
         except TypeError:
             size = 1
+    reason = f"{type(err).__name__}: {err}"
     try:
-        _core.refuse_call(op, a.get("name") or "", size, f"{type(err).__name__}: {err}",
-                          _set_id(a.get("process_set", global_process_set)))
+        ps = _set_id(a.get("process_set", global_process_set))
+    except (TypeError, ValueError):
+        ps = None  # a set never registered, or removed: the core cannot name it either
+    try:
+        if ps is None:
+            _core.refuse_call_without_set(op, a.get("name") or "", reason)
+        else:
+            _core.refuse_call(op, a.get("name") or "", size, reason, ps)
     except HorovodInternalError:
         pass  # the refusal itself, raised on this rank as `err` instead
     except Exception:  # noqa: BLE001 - no set, not initialised: `err` says enough

@@ -37,10 +37,28 @@
 // no round), so each join request carries how long its rank has waited in join() when sent:
 // rank 0 subtracts it from its own clock, and the latest estimate is the last rank (ties, within
 // a microsecond: the highest rank).
+//
+// Refusal notices: a rank that refuses a call before knowing its tensor (a name in hvd's own
+// name space, an unknown or removed process set: the API cannot tell which name or set the
+// other ranks used) sends a notice, "rank <r> refused ...", with its next round's requests
+// (its flag makes the round full). Rank 0 keeps each rank's notices in order and, while it
+// holds any, flags every round so that every rank sends its pending cached requests through
+// it (as while a rank has joined). A tensor that then waits for noticed ranks alone (every
+// other rank submitted it) fails on every rank with their notices, one of each consumed (a
+// group's later members fail with the same message), once each of those ranks went on (sent
+// a request or its shutdown in a later round: it did not make that call, it refused it) or
+// kNoticeGrace passed since the notice came (it is busy elsewhere). Notices never change what
+// happens when all ranks agree: once every rank of the set holds a notice of the same mistake
+// (the same text but for the rank), one of each is dropped (all made it), and a rank's notices are
+// dropped once a request it sent in a later round ran on every rank (it went on in step with the
+// others: nobody waits for the refused call). A shutdown requested with refusals or notices still
+// unmatched carries them (ResponseList::shutdown_note) into the message of every call the shutdown
+// fails.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -80,6 +98,8 @@ struct RoundResult {
   bool shutdown = false;            ///< some rank asked to shut down: stop after executing
   std::vector<int32_t> shutdown_ranks;
   bool full_round = false;  ///< the coordinator was involved (not cache-only)
+  /// With `shutdown`: the shutting-down ranks' refusals nobody met (ResponseList).
+  std::string shutdown_note;
 };
 
 /// Negotiation state of one rank in one process set. Not thread-safe: the background thread
@@ -110,8 +130,18 @@ class Controller {
   /// True while this rank has requests not yet answered (a joined rank always has: its join),
   /// or a failure to report.
   bool has_pending() const {
-    return !uncached_.empty() || num_pending_ > 0 || waiting_ > 0 || !local_error_.empty();
+    return !uncached_.empty() || num_pending_ > 0 || waiting_ > 0 || !local_error_.empty() ||
+           !local_notices_.empty() || notices_held_ > 0 || notice_sent_recently();
   }
+  /// This rank refused a call before it knew its tensor; `text` (notice_text()) says so (see
+  /// the file comment). Sent at the next round.
+  /// `went_on`: this rank submitted something after it (sent in the same round).
+  void notice(std::string text, bool went_on) {
+    local_notices_.push_back(std::move(text));
+    notices_went_on_ = went_on;
+  }
+  /// A notice's text: "rank <global_rank> refused its call locally (<what>)".
+  static std::string notice_text(int global_rank, const std::string& what);
   /// Records a failure of this rank (the first one counts): the next round is a full round
   /// that stops every rank with it ("rank <r>: <message>").
   void fail(const Status& s);
@@ -143,6 +173,10 @@ class Controller {
     return clock_ ? clock_() : std::chrono::steady_clock::now();
   }
   const ResponseCache& cache() const { return cache_; }
+
+  /// How long rank 0 waits for a noticed rank to go on before it fails the tensor waiting for
+  /// that rank alone anyway (see the file comment).
+  static constexpr std::chrono::milliseconds kNoticeGrace{500};
 
   // Late ranks, for the timeline (protocol in controller_late.cc).
   /// Rank 0 asks who was late with a tensor after waiting at least this long for it.
@@ -178,6 +212,17 @@ class Controller {
   void coordinator_sweep(const std::vector<int>& joined, std::vector<Response>* ready);
   void coordinator_emit(const std::string& name, std::vector<Response>* ready);
   void coordinator_fail_groups(const std::vector<int>& joined, std::vector<Response>* ready);
+  /// Rank 0: records rank `rank`'s notices of this round; `sent`: its list had requests or
+  /// asked to shut down (its earlier notices' rank went on); `went_on`: the list says it went
+  /// on after these too (RequestList::went_on).
+  void coordinator_take_notices(int rank, std::vector<std::string>* notices, bool sent,
+                                bool went_on);
+  /// Rank 0: drops the notices of a mistake every rank made (see the file comment).
+  void coordinator_drop_agreed();
+  /// Rank 0: fails the tensors that wait only for noticed ranks (see the file comment).
+  void coordinator_match_notices(const std::vector<int>& joined, std::vector<Response>* ready);
+  /// Rank 0: what the ranks shutting down refused and nobody met (ResponseList::shutdown_note).
+  std::string coordinator_shutdown_note(const std::vector<int32_t>& ranks) const;
   void cache_new_responses(const std::vector<Response>& responses, bool any_joined);
   /// The cache grew while caching a round's responses: the pending bits follow it.
   void note_cache_growth();
@@ -234,6 +279,16 @@ class Controller {
   bool joined_ = false;                                 // join() submitted, not yet answered
   std::chrono::steady_clock::time_point joined_at_{};   // when join() was submitted
   std::string local_error_;                             // fail(): sent at the next round
+  std::vector<std::string> local_notices_;              // notice(): sent at the next round
+  bool notices_went_on_ = false;                        // notice(): sent with them
+  // Until then this rank takes part in rounds after sending a notice, so that rank 0 can
+  // answer the others' calls while this rank has nothing else to do in this set.
+  std::chrono::steady_clock::time_point notice_sent_until_{};
+  bool notice_sent_recently() const {
+    return notice_sent_until_ != std::chrono::steady_clock::time_point{} &&
+           std::chrono::steady_clock::now() < notice_sent_until_;
+  }
+  bool notice_round_ = false;  // the last round's flags: rank 0 holds notices
   // Stall inspection: when each cached request became pending, the threshold, rank 0's ask.
   std::vector<std::chrono::steady_clock::time_point> pending_since_;
   double stall_threshold_s_ = 0;
@@ -268,6 +323,9 @@ class Controller {
     // A join: per rank, when it called join() by rank 0's clock (its request's wait subtracted).
     std::vector<std::chrono::steady_clock::time_point> joined_at;
     std::string group;  // the first request's group key ("" when not grouped)
+    // Ranks that sent it a round after their oldest notice: it running on every rank drops
+    // their notices.
+    std::vector<int> after_notice;
   };
   std::unordered_map<std::string, Pending> table_;
   uint64_t arrivals_ = 0;
@@ -283,6 +341,23 @@ class Controller {
     OpType op = OpType::kAllreduce;
   };
   std::unordered_map<std::string, Group> groups_;
+  // Refusal notices (see the file comment): per rank, in order, with the round they came in.
+  struct Notice {
+    std::string text;
+    uint64_t round = 0;
+    std::chrono::steady_clock::time_point at{};
+    bool went_on = false;  // its rank sent something in a later round
+  };
+  std::vector<std::deque<Notice>> notices_;
+  size_t notices_held_ = 0;
+  uint64_t coordinated_rounds_ = 0;
+  // Groups a notice failed: the message, and the members still to fail.
+  struct NoticedGroup {
+    std::string error;
+    int32_t left = 0;
+    std::vector<int> ranks;  // the ranks whose notices it consumed
+  };
+  std::unordered_map<std::string, NoticedGroup> noticed_groups_;
 };
 
 }  // namespace hvd::core

@@ -156,6 +156,12 @@ struct RequestList {
   bool shutdown = false;
   /// Non-empty: this rank failed (an exception on its background thread); every rank stops.
   std::string error;
+  /// Calls this rank refused before it knew their tensor (a reserved name, an unknown process
+  /// set: Controller::notice), each "rank <r> refused ...": the coordinator fails with it the
+  /// tensor the other ranks then wait for from this rank alone.
+  std::vector<std::string> notices;
+  /// Some request of this list was submitted after its last notice (its rank went on).
+  bool went_on = false;
 };
 
 /// The coordinator's answer for one round.
@@ -165,12 +171,18 @@ struct ResponseList {
   /// Non-empty: the round failed (a rank's error, a request list rank 0 could not read or an
   /// exception on rank 0); every rank stops with this error, the same on all of them.
   std::string error;
+  /// With shutdown_ranks: the refusals those ranks made that no other rank's call met yet,
+  /// added to the message of every call the shutdown fails.
+  std::string shutdown_note;
 };
 
 std::vector<uint8_t> serialize(const RequestList& l);
-/// The same bytes as serialize(RequestList{requests, shutdown, error}), from pointers.
+/// The same bytes as serialize(RequestList{requests, shutdown, error, notices, went_on}), from
+/// pointers.
 std::vector<uint8_t> serialize_requests(const std::vector<const Request*>& requests, bool shutdown,
-                                        const std::string& error = "");
+                                        const std::string& error = "",
+                                        const std::vector<std::string>& notices = {},
+                                        bool went_on = false);
 std::vector<uint8_t> serialize(const ResponseList& l);
 Result<RequestList> parse_request_list(const uint8_t* data, size_t size);
 Result<ResponseList> parse_response_list(const uint8_t* data, size_t size);

@@ -112,6 +112,15 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// set: unknown or removed, or this rank is not a member. The pointer shares ownership when
   /// this runtime is owned by a shared_ptr (it then stays valid after the owner lets go).
   Result<std::shared_ptr<Runtime>> process_set(int32_t id);
+  /// This rank refused a call on set `set` before it could know its tensor (a name in hvd's
+  /// own name space, an unknown or removed set): `what` (the error this rank raises) goes as a
+  /// refusal notice (Controller::notice) to the runtime of `set` when this
+  /// rank is a member, to none when the set exists without it (its members never wait for this
+  /// rank), and to this runtime and every process set's when there is no such set (the other
+  /// ranks may have meant any of them). Then the tensor the other ranks wait for from this rank
+  /// alone fails on every rank naming this rank and `what`. Nothing on a one-rank set. Call
+  /// it on the global runtime (a process set's passes it on to its own set only).
+  void notice_refusal(int32_t set, const std::string& what);
   /// Global ranks of set `id` (all ranks for 0); empty when there is no such set.
   std::vector<int32_t> process_set_ranks(int32_t id) const;
   /// Ids of the sets that exist (0 first).
@@ -169,6 +178,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
 
  private:
   void loop();
+  /// Queues `text` for the controller (Controller::notice) and wakes the loop.
+  void post_notice(const std::string& text);
   bool wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdown);
   /// Marks a finished table entry idle (mu_ held): its slot waits for the next collective of
   /// its name, so entries are allocated and freed on the user's side only.
@@ -263,9 +274,11 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// A handle state for the next collective of `slot` (mu_ held): a recycled spare, else new.
   static std::shared_ptr<HandleState> take_handle_state(Slot* slot);
   using Table = std::unordered_map<std::string, Slot>;
-  std::vector<TensorEntry*> queue_;  // mu_: newly enqueued entries (active slots)
-  Table table_;                      // mu_: name -> slot (a slot's entry: see retire())
-  size_t active_ = 0;                // mu_: active slots
+  std::vector<TensorEntry*> queue_;   // mu_: newly enqueued entries (active slots)
+  std::vector<std::string> notices_;  // mu_: post_notice()'s, for the loop's controller
+  size_t queued_at_notice_ = 0;       // mu_: queue_'s size when the last one came
+  Table table_;                       // mu_: name -> slot (a slot's entry: see retire())
+  size_t active_ = 0;                 // mu_: active slots
   // mu_: the slots in the order they were last submitted, and the position the next
   // submission is expected at. A training loop submits the same names in the same order every
   // step: the next name is found by one comparison instead of hashing it (see find_slot()).
