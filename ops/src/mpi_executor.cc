@@ -25,6 +25,44 @@ MpiExecutor::MpiExecutor(MPI_Comm comm, std::chrono::milliseconds quiet,
   MPI_Comm_rank(comm_, &rank_);
 }
 
+namespace {
+
+// The buffers of requests released unfinished: they fail at once but never let go.
+class AbandonedTransfers : public core::Completion {
+ public:
+  explicit AbandonedTransfers(Status why) : why_(std::move(why)) {}
+
+ protected:
+  bool query(Status* s) override {
+    *s = why_;
+    return true;
+  }
+  bool work_stopped() override { return false; }
+
+ private:
+  Status why_;
+};
+
+}  // namespace
+
+Status MpiExecutor::launch(const Response& r, const std::vector<TensorEntry*>& entries,
+                           std::shared_ptr<core::Completion>* pending) {
+  abandoned_ = false;
+  Status s = execute(r, entries);
+  if (abandoned_) {
+    abandoned_ = false;
+    for (auto* b : {&fusion_, &gather_}) {
+      keep_forever(std::make_shared<std::vector<uint8_t>>(std::move(*b)));
+      *b = std::vector<uint8_t>();
+    }
+    *pending = std::make_shared<AbandonedTransfers>(
+        s.ok() ? internal_error(std::string(core::op_name(r.op)) +
+                                ": MPI requests were released unfinished")
+               : s);
+  }
+  return s;
+}
+
 uint8_t* MpiExecutor::fusion_buffer(size_t bytes) {
   if (bytes > kFusedSlice) last_large_ = std::chrono::steady_clock::now();
   if (fusion_.size() < bytes) fusion_.resize(bytes);

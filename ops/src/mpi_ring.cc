@@ -65,7 +65,7 @@ Status MpiExecutor::ring_allreduce(const Response& r, const std::vector<TensorEn
   // by polling, so a dead peer (should_abort_) ends it; an early return settles what is
   // outstanding (RequestBatch: receives cancelled, sends never).
   auto step = [&](const RingChunk& rc, const RingChunk& sc, int tag, bool direct_in_place) {
-    RequestBatch batch(rc.pieces.size() + sc.pieces.size() + 2, &should_abort_);
+    RequestBatch batch(rc.pieces.size() + sc.pieces.size() + 2, &should_abort_, &abandoned_);
     for (size_t k = 0; k < rc.pieces.size(); ++k) {
       if (!rc.direct[k]) continue;
       void* dst = direct_in_place ? at(rc.pieces[k]) : staged + rc.staged_offset[k] * es;

@@ -115,8 +115,9 @@ void keep_forever(std::shared_ptr<void> p) {
   kept->push_back(std::move(p));
 }
 
-RequestBatch::RequestBatch(size_t capacity, const std::function<Status()>* should_abort)
-    : should_abort_(should_abort) {
+RequestBatch::RequestBatch(size_t capacity, const std::function<Status()>* should_abort,
+                           bool* abandoned)
+    : should_abort_(should_abort), abandoned_(abandoned) {
   reqs_.reserve(capacity);
   peer_.reserve(capacity);
 }
@@ -209,6 +210,7 @@ RequestBatch::~RequestBatch() {
                             : "within " + std::to_string(kSendSettle.count()) + " ms")
                    << "; released without waiting longer";
     MPI_Request_free(&reqs_[i]);
+    if (abandoned_) *abandoned_ = true;
   }
 }
 

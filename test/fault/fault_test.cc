@@ -4,8 +4,11 @@
 //   negotiation  batches of 256 tiny allreduces with fresh names (every round a full round)
 //   grouped      grouped allreduces of 16 x 64 KiB
 //   ring         as fused (the ring allreduce), and then every survivor's background thread
-//                must have left the ring (its buffers released) within 1 s of the failure:
-//                the ring polls for the abort instead of blocking in MPI_Waitall
+//                must have left the ring within 1 s of the failure (the ring polls for the
+//                abort instead of blocking in MPI_Waitall). Its buffers are then released,
+//                unless the ring had to release MPI requests unfinished (sends to a peer that
+//                died or gave up the step): MPI may still use those buffers, so their handles
+//                never report them released (the count of each is printed)
 // Every survivor's pending call must fail naming the dead rank within 5 s, and shutdown() must
 // take under 1 s. Argument 2: the file through which the victim tells the time of its death.
 #include <chrono>
@@ -37,15 +40,21 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       const auto limit = std::chrono::seconds(1);
       for (;;) {
-        bool all = true;
-        for (auto& h : last) all = all && h.released();
+        bool left = true;  // the background thread returned from the ring for every handle
+        for (auto& h : last) left = left && !h.state()->in_use.load(std::memory_order_acquire);
         const auto waited = std::chrono::steady_clock::now() - t0;
-        if (all) {
-          std::printf("FAULT-TEST ring (rank %d): buffers released %.1f ms after the failure\n",
-                      hvd::rank(), std::chrono::duration<double, std::milli>(waited).count());
+        if (left) {
+          int released = 0;
+          for (auto& h : last) released += h.released() ? 1 : 0;
+          std::printf(
+              "FAULT-TEST ring (rank %d): left the ring %.1f ms after the failure; "
+              "%d of %zu handles released, the rest kept (MPI requests released "
+              "unfinished)\n",
+              hvd::rank(), std::chrono::duration<double, std::milli>(waited).count(), released,
+              last.size());
           return "";
         }
-        if (waited > limit) return "the ring still holds the buffers 1 s after the failure";
+        if (waited > limit) return "the ring still runs 1 s after the failure";
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     };

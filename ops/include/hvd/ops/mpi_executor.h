@@ -38,6 +38,14 @@ class MpiExecutor : public core::Executor {
   explicit MpiExecutor(MPI_Comm comm, std::chrono::milliseconds quiet = kBufferQuiet,
                        std::function<Status()> should_abort = {});
   Status execute(const core::Response& r, const std::vector<core::TensorEntry*>& entries) override;
+  /// execute(); when the ring gave up on requests MPI had not finished (a dead peer, an abort:
+  /// RequestBatch), MPI may still read or write the tensors and this executor's buffers
+  /// through them: `*pending` is then work that never lets go, so the handles never report
+  /// their buffers released (the bindings keep them until the process exits), and this
+  /// executor's buffers are kept until then too. A deliberate leak, bounded by what one failed
+  /// collective holds (the runtime stops after it).
+  Status launch(const core::Response& r, const std::vector<core::TensorEntry*>& entries,
+                std::shared_ptr<core::Completion>* pending) override;
   std::string name() const override { return "mpi"; }
   /// Bytes held by the persistent buffers (capacity).
   size_t buffer_bytes() const { return fusion_.capacity() + gather_.capacity(); }
@@ -83,6 +91,7 @@ class MpiExecutor : public core::Executor {
   std::chrono::milliseconds quiet_;
   std::function<Status()> should_abort_;
   std::chrono::steady_clock::time_point last_large_{};  // a buffer last needed > kFusedSlice
+  bool abandoned_ = false;  // the ring released requests MPI had not finished (launch())
 };
 
 /// Rows of dim 0 that rank `rank` of `size` gets from reducescatter of `rows` rows.

@@ -61,11 +61,15 @@ void keep_forever(std::shared_ptr<void> p);
 /// So the batch then polls what is left for up to kSendSettle, while `should_abort` reports
 /// nothing. A request still outstanding after that is tied to a peer that died or gave the
 /// step up (an abort): it is released with MPI_Request_free (MPI finishes or drops it on its
-/// own). Its buffer would be touched only by a transfer with a peer that no longer takes part.
+/// own). Its buffer would be touched only by a transfer with a peer that no longer takes part,
+/// but MPI may still read or write it: `*abandoned` (when given) is then set, and the owner of
+/// the buffers must keep them (the MPI executor reports them never released, see
+/// MpiExecutor::launch).
 class RequestBatch {
  public:
   /// `capacity`: the number of requests the exchange posts at most (slots stay put).
-  RequestBatch(size_t capacity, const std::function<Status()>* should_abort);
+  RequestBatch(size_t capacity, const std::function<Status()>* should_abort,
+               bool* abandoned = nullptr);
   ~RequestBatch();
   RequestBatch(const RequestBatch&) = delete;
   RequestBatch& operator=(const RequestBatch&) = delete;
@@ -85,6 +89,7 @@ class RequestBatch {
   std::vector<MPI_Request> reqs_;
   std::vector<int> peer_;  // per request: -1 for a receive, the destination for a send
   const std::function<Status()>* should_abort_;
+  bool* abandoned_;
 };
 
 }  // namespace hvd::ops
