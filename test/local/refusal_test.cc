@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // [local] A call refused on one rank only (bad input there) fails on every rank with that
 // rank's reason, instead of leaving the other ranks waiting for it; the next collective runs.
+#include <chrono>
 #include <limits>
+#include <thread>
 
 #include "local_cluster.h"
 
@@ -114,5 +116,55 @@ TEST_CASE("a call refused on every rank fails everywhere and frees the name", "[
   }
   check_next_allreduce(c, "after.neg");
   check_next_allreduce(c, "neg");  // the name is free again on both ranks
+  REQUIRE(c.shutdown_all());
+}
+
+TEST_CASE("a refusal notice fails the call the others wait for from that rank alone", "[local]") {
+  Cluster c(3);
+  c.start_all();
+  std::vector<Tensor<float>> t;
+  for (int r = 0; r < 3; ++r) t.emplace_back(std::vector<float>{1.0f});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // Rank 2 refuses its call before naming it, then goes on at once to "went.on".
+  std::vector<Handle> hs;
+  for (int r : {0, 1}) hs.push_back(submit(c[r], "n", t[static_cast<size_t>(r)]));
+  c[2].notice_refusal(0, "allreduce '@n': reserved");
+  Handle next2 = submit(c[2], "went.on", t[2]);
+  for (auto& h : hs) {
+    Status s = await(h, "the call rank 2 refused");
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(
+        s.message(),
+        Contains("allreduce 'n': rank 2 refused its call locally (allreduce '@n': reserved)"));
+  }
+  CHECK(elapsed_ms() < core::Controller::kNoticeGrace.count());  // it went on: no grace
+  std::vector<Handle> next;
+  for (int r : {0, 1}) next.push_back(submit(c[r], "went.on", t[static_cast<size_t>(r)]));
+  for (auto& h : next) await_ok(h, "went.on");
+  await_ok(next2, "went.on on rank 2");
+  // A rank that does nothing after its notice: the others' call fails after the grace.
+  const auto t1 = std::chrono::steady_clock::now();
+  hs.clear();
+  c[1].notice_refusal(0, "allreduce '@idle': reserved");
+  for (int r : {0, 2}) hs.push_back(submit(c[r], "idle", t[static_cast<size_t>(r)]));
+  for (auto& h : hs) {
+    Status s = await(h, "the call rank 1 refused");
+    CHECK_THAT(s.message(), Contains("rank 1 refused its call locally"));
+  }
+  const double waited =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+  CHECK(waited >= core::Controller::kNoticeGrace.count() * 0.9);
+  CHECK(waited < 2000);
+  check_next_allreduce(c, "after.idle");
+  // Every rank makes the same mistake: nothing is left over, a late rank's next call runs.
+  for (int r = 0; r < 3; ++r) c[r].notice_refusal(0, "allreduce '@all': reserved");
+  hs.clear();
+  for (int r : {0, 1}) hs.push_back(submit(c[r], "late", t[static_cast<size_t>(r)]));
+  std::this_thread::sleep_for(core::Controller::kNoticeGrace * 2);
+  hs.push_back(submit(c[2], "late", t[2]));
+  for (auto& h : hs) await_ok(h, "a call after a mistake every rank made");
   REQUIRE(c.shutdown_all());
 }
