@@ -4,10 +4,12 @@
 // scaling and out-of-place outputs, against closed-form values.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "hvd/ops/mpi_executor.h"
+#include "hvd/ops/mpi_util.h"
 #include "hvd_catch.h"
 #include "mpi_test_util.h"
 
@@ -146,5 +148,47 @@ TEST_CASE("an executor's buffers grown past one slice are released after a quiet
       CHECK(ex.buffer_bytes() == grown);
     }
   }
+  MPI_Comm_free(&comm);
+}
+
+TEST_CASE("a request batch that releases a send unfinished says so", "[mpi][multirank]") {
+  // Rank 0 sends 1 MiB (past any eager limit) that rank 1 receives only later; rank 0's batch
+  // is told to abort at once, so it releases the send unfinished: MPI may still read the
+  // buffer, and the batch must say so (the executor then keeps the buffers).
+  REQUIRE(hvd::size() >= 2);
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::vector<char> big(1 << 20, 'x');
+  const std::function<hvd::Status()> abort = [] { return hvd::aborted("test abort"); };
+  if (rank == 0) {
+    bool abandoned = false;
+    {
+      hvd::ops::RequestBatch batch(1, &abort, &abandoned);
+      REQUIRE(MPI_Isend(big.data(), static_cast<int>(big.size()), MPI_CHAR, 1, 77, comm,
+                        batch.add_send(1)) == MPI_SUCCESS);
+      CHECK_FALSE(batch.wait().ok());
+    }
+    CHECK(abandoned);
+    // A batch whose requests all finished says nothing.
+    bool none = false;
+    {
+      hvd::ops::RequestBatch batch(1, &abort, &none);
+      int one = 1;
+      REQUIRE(MPI_Isend(&one, 1, MPI_INT, 0, 78, comm, batch.add_send(0)) == MPI_SUCCESS);
+      int got = 0;
+      MPI_Recv(&got, 1, MPI_INT, 0, 78, comm, MPI_STATUS_IGNORE);
+      CHECK(batch.wait().ok());
+    }
+    CHECK_FALSE(none);
+  }
+  MPI_Barrier(comm);
+  if (rank == 1) {  // the released send completes now; nothing else touches `big` meanwhile
+    std::vector<char> in(big.size());
+    MPI_Recv(in.data(), static_cast<int>(in.size()), MPI_CHAR, 0, 77, comm, MPI_STATUS_IGNORE);
+    CHECK(in == big);
+  }
+  MPI_Barrier(comm);
   MPI_Comm_free(&comm);
 }
