@@ -242,8 +242,9 @@ void Runtime::stop_children(const std::vector<std::shared_ptr<Runtime>>& sets) {
   const auto grace = parts_.shutdown_grace;
   const auto deadline = std::chrono::steady_clock::now() + grace;
   for (const auto& c : sets) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    // Rounded up: a truncated remainder ended the wait up to 1 ms before the grace.
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     const std::string id = std::to_string(c->process_set_id());
     const bool stopped = c->stop_within(
         std::max(left, std::chrono::milliseconds(0)),

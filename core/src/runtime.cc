@@ -464,12 +464,21 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
       settling_ = false;
     }
   }
+  size_t later_from = queue_.size();
   if (!notices_.empty()) {
-    const bool went_on = queue_.size() > queued_at_notice_;  // submitted after the last one
-    for (std::string& text : notices_) controller_.notice(std::move(text), went_on);
+    // Calls submitted after the refusal go in the next round, so rank 0 sees them arrive after
+    // the notice: one that then runs on every rank tells it exactly that this rank went on in
+    // step with the others (a same-round call could have been submitted before the refusal,
+    // and a notice left over failed a later call this rank was merely late for).
+    later_from = std::min(queued_at_notice_, queue_.size());
+    for (std::string& text : notices_) controller_.notice(std::move(text), false);
     notices_.clear();
   }
   fresh->swap(queue_);  // queue_ takes the (cleared) vector of the last round
+  if (later_from < fresh->size()) {
+    queue_.assign(fresh->begin() + static_cast<std::ptrdiff_t>(later_from), fresh->end());
+    fresh->resize(later_from);
+  }
   *want_shutdown = shutdown_requested_;
   return true;
 }
