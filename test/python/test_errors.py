@@ -302,6 +302,7 @@ def test_sparse_allreduce_mistake_on_one_rank_fails_every_rank_within_2s(hard_de
     wrong, match = SPARSE_MISTAKES[case]
     name = f"err.sparse.{case}" if named else None
     last = N - 1
+    hvd.barrier()  # a common start: the time to fail, not the ranks' skew
     start = time.monotonic()
     if R == last:
         with pytest.raises(ValueError, match=match):
@@ -341,6 +342,7 @@ def test_call_refused_before_naming_its_tensor_fails_every_rank_within_2s(hard_d
     last = N - 1
     name = f"err.nb.{case.replace(' ', '_')}"
     wrong_set = None if case == "reserved name" else _unknown_set(case)
+    hvd.barrier()  # a common start: the time to fail, not the ranks' skew
     start = time.monotonic()
     if R == last:
         with pytest.raises((ValueError, hvd.HorovodInternalError)) as e:

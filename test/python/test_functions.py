@@ -222,6 +222,7 @@ class _Unpicklable:
 @pytest.mark.parametrize("name", ["fn.unpicklable", None])
 def test_broadcast_object_the_root_cannot_pickle_fails_every_rank_within_2s(root, name):
     faulthandler.dump_traceback_later(20, exit=True)  # a rank left waiting ends the run
+    hvd.barrier()  # a common start: the time to fail, not the ranks' skew
     start = time.monotonic()
     if hvd.rank() == root:
         with pytest.raises(TypeError, match="refuses to be pickled"):

@@ -226,6 +226,7 @@ def test_a_mistake_on_one_rank_fails_every_rank_at_once(deadline, case, named):
         pytest.skip("needs at least 2 ranks (a mismatch between ranks, found by the "
                     f"coordinator); this run has {N}")
     name = f"sem.one.{label}" if named else None
+    hvd.barrier()  # a common start: the time to fail, not the ranks' skew
     start = time.monotonic()
     if R == LAST:
         with pytest.raises(raised, match=match):
@@ -284,6 +285,7 @@ def test_a_process_set_list_that_differs_on_one_rank_fails_every_rank(deadline, 
         pytest.skip("needs at least 2 ranks (a mismatch between ranks, found by the "
                     f"coordinator); this run has {N}")
     before = hvd.get_process_set_ids_and_ranks()
+    hvd.barrier()  # a common start: the time to fail, not the ranks' skew
     start = time.monotonic()
     if R == LAST:
         with pytest.raises(raised):

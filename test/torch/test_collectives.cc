@@ -2,16 +2,14 @@
 // [mpi] collectives on torch::Tensor, broadcast_parameters / broadcast_object, and
 // broadcast_optimizer_state round trips for every libtorch optimizer.
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "hvd/torch.h"
 #include "models.h"
+#include "watchdog.h"
 
 // libtorch pulls in glog, whose CHECK macro would shadow Catch's: include Catch last.
 #undef CHECK
@@ -106,34 +104,6 @@ TEST_CASE("torch adapters reject what hvd cannot move", "[mpi]") {
 }
 
 namespace {
-
-/// Aborts the process (the test fails, never hangs) unless destroyed within `seconds`.
-class Watchdog {
- public:
-  Watchdog(const char* what, int seconds)
-      : t_([this, what, seconds] {
-          std::unique_lock<std::mutex> lk(mu_);
-          if (!cv_.wait_for(lk, std::chrono::seconds(seconds), [this] { return done_; })) {
-            std::fprintf(stderr, "rank %d: '%s' still blocked after %d s\n", hvd::rank(), what,
-                         seconds);
-            std::abort();
-          }
-        }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    t_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread t_;
-};
 
 /// Runs `wrong` on the last rank and `right` on the others: every rank's call must fail within
 /// 2 s, the others' naming the last rank and `reason`.

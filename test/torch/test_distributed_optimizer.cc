@@ -4,7 +4,6 @@
 // back-propagating and stepping in turn), zero_grad() discarding reductions in flight, overlap of
 // reductions with backward, reduction options, unused parameters, and the error messages.
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -12,6 +11,7 @@
 
 #include "hvd/torch.h"
 #include "models.h"
+#include "watchdog.h"
 
 // libtorch pulls in glog, whose CHECK macro would shadow Catch's: include Catch last.
 #undef CHECK
@@ -420,43 +420,12 @@ TEST_CASE("two backward passes before step() accumulate as in one process, Sum a
   }
 }
 
-namespace {
-
-/// Aborts the process (the test fails, never hangs) unless destroyed within 20 s.
-class HangGuard {
- public:
-  HangGuard()
-      : t_([this] {
-          std::unique_lock<std::mutex> lk(mu_);
-          if (!cv_.wait_for(lk, std::chrono::seconds(20), [this] { return done_; })) {
-            std::fprintf(stderr, "rank %d: still blocked after 20 s\n", hvd::rank());
-            std::abort();
-          }
-        }) {}
-  ~HangGuard() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    t_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread t_;
-};
-
-}  // namespace
-
 TEST_CASE("a module used in different backward passes on different ranks: no hang, one result",
           "[mpi]") {
   // Issue 37 item 1: rank 0 uses the expert in both passes before step(), the others only in
   // the second. Used to block every rank inside backward.
   for (int bpps : {1, 2}) {
-    HangGuard guard;
+    Watchdog guard("uneven backward passes", 20);
     torch::manual_seed(31);
     torch::nn::Linear trunk(3, 4), expert(4, 4), rtrunk(3, 4), rexpert(4, 4);
     {

@@ -27,6 +27,23 @@ uint32_t bit_of(const ResponseCache& c, const std::string& name) {
   return bit;
 }
 
+/// One pass over the names prefix0..prefix<n-1> as a controller uses the cache (a hit is
+/// touched, a miss is put); returns the misses.
+int pass_misses(ResponseCache& c, const std::string& prefix, int n) {
+  int misses = 0;
+  for (int i = 0; i < n; ++i) {
+    const Request r = req(prefix + std::to_string(i));
+    uint32_t bit = 0;
+    if (c.lookup(r, &bit) == ResponseCache::Lookup::kHit) {
+      c.touch(bit);
+    } else {
+      ++misses;
+      (void)c.put(r);
+    }
+  }
+  return misses;
+}
+
 }  // namespace
 
 TEST_CASE("cache lookup is a miss, then a hit with the same parameters", "[unit]") {
@@ -233,20 +250,7 @@ TEST_CASE("a step of 1,500 names cycling through 1,024 entries hits from its thi
           "[unit]") {
   ResponseCache c(1024);
   int misses_last = -1;
-  for (int pass = 0; pass < 4; ++pass) {
-    int misses = 0;
-    for (int i = 0; i < 1500; ++i) {
-      const Request r = req("t" + std::to_string(i));
-      uint32_t bit = 0;
-      if (c.lookup(r, &bit) == ResponseCache::Lookup::kHit) {
-        c.touch(bit);
-      } else {
-        ++misses;
-        (void)c.put(r);
-      }
-    }
-    misses_last = misses;
-  }
+  for (int pass = 0; pass < 4; ++pass) misses_last = pass_misses(c, "t", 1500);
   REQUIRE(misses_last == 0);
   REQUIRE(c.capacity() == 2048);
   REQUIRE(c.num_words() == 32);
@@ -264,19 +268,7 @@ TEST_CASE("growth stops at max_capacity, then the cache evicts", "[unit]") {
   // Passes over `n` names; returns the misses of the last pass.
   auto cycle = [](ResponseCache& c, int n) {
     int misses = 0;
-    for (int pass = 0; pass < 5; ++pass) {
-      misses = 0;
-      for (int i = 0; i < n; ++i) {
-        const Request r = req("n" + std::to_string(i));
-        uint32_t bit = 0;
-        if (c.lookup(r, &bit) == ResponseCache::Lookup::kHit) {
-          c.touch(bit);
-        } else {
-          ++misses;
-          (void)c.put(r);
-        }
-      }
-    }
+    for (int pass = 0; pass < 5; ++pass) misses = pass_misses(c, "n", n);
     return misses;
   };
   ResponseCache fits(2, 4);
