@@ -226,8 +226,7 @@ Status Controller::full_round(bool want_shutdown, const std::vector<int>& joined
       ++waiting_;
     }
     uncached_.clear();
-    mine = serialize_requests(reqs, want_shutdown, local_error_, local_notices_,
-                              notices_went_on_ && !local_notices_.empty());
+    mine = serialize_requests(reqs, want_shutdown, local_error_, local_notices_);
     if (!local_notices_.empty()) {
       notice_sent_until_ = std::chrono::steady_clock::now() + 2 * kNoticeGrace;
     } else if (notice_sent_until_ != std::chrono::steady_clock::time_point{} &&
@@ -235,7 +234,6 @@ Status Controller::full_round(bool want_shutdown, const std::vector<int>& joined
       notice_sent_until_ = {};
     }
     local_notices_.clear();
-    notices_went_on_ = false;
   });
   if (!sent.ok()) {
     fail(sent);  // an empty list, should even this throw: rank 0 cannot read it, all stop
@@ -301,7 +299,7 @@ std::vector<uint8_t> Controller::coordinate(const std::vector<std::vector<uint8_
   for (size_t i = 0; i < lists.size(); ++i) {
     const bool sent = !lists[i].requests.empty() || lists[i].shutdown;
     if (notices_held_ > 0 || !lists[i].notices.empty()) {
-      coordinator_take_notices(static_cast<int>(i), &lists[i].notices, sent, lists[i].went_on);
+      coordinator_take_notices(static_cast<int>(i), &lists[i].notices, sent);
     }
   }
   // Before the requests: a request that runs drops its rank's notices (it went on), and a

@@ -26,8 +26,7 @@ std::string Controller::notice_text(int global_rank, const std::string& what) {
   return "rank " + std::to_string(global_rank) + kRefused + what + ")";
 }
 
-void Controller::coordinator_take_notices(int rank, std::vector<std::string>* notices, bool sent,
-                                          bool went_on) {
+void Controller::coordinator_take_notices(int rank, std::vector<std::string>* notices, bool sent) {
   if (notices_.empty()) notices_.resize(static_cast<size_t>(size()));
   auto& mine = notices_.at(static_cast<size_t>(rank));
   if (sent) {
@@ -35,7 +34,7 @@ void Controller::coordinator_take_notices(int rank, std::vector<std::string>* no
   }
   const auto t = now();
   for (std::string& text : *notices) {
-    mine.push_back(Notice{std::move(text), coordinated_rounds_, t, went_on});
+    mine.push_back(Notice{std::move(text), coordinated_rounds_, t, false});
   }
   notices_held_ += notices->size();
 }

@@ -191,12 +191,12 @@ std::vector<uint8_t> serialize(const RequestList& l) {
   std::vector<const Request*> ptrs;
   ptrs.reserve(l.requests.size());
   for (const auto& r : l.requests) ptrs.push_back(&r);
-  return serialize_requests(ptrs, l.shutdown, l.error, l.notices, l.went_on);
+  return serialize_requests(ptrs, l.shutdown, l.error, l.notices);
 }
 
 std::vector<uint8_t> serialize_requests(const std::vector<const Request*>& requests, bool shutdown,
                                         const std::string& error,
-                                        const std::vector<std::string>& notices, bool went_on) {
+                                        const std::vector<std::string>& notices) {
   Writer w;
   w.field(kRequestMagic);
   w.field(static_cast<uint8_t>(shutdown ? 1 : 0));
@@ -204,7 +204,6 @@ std::vector<uint8_t> serialize_requests(const std::vector<const Request*>& reque
   for (const Request* r : requests) request_fields(w, *r);
   w.field(error);
   w.field(notices);
-  w.field(static_cast<uint8_t>(went_on ? 1 : 0));
   return w.take();
 }
 
@@ -219,9 +218,7 @@ Result<RequestList> parse_request_list(const uint8_t* data, size_t size) {
     ok = request_fields(rd, r);
     if (ok) l.requests.push_back(std::move(r));
   }
-  uint8_t went_on = 0;
-  ok = ok && rd.field(l.error) && rd.field(l.notices) && rd.field(went_on);
-  l.went_on = went_on != 0;
+  ok = ok && rd.field(l.error) && rd.field(l.notices);
   if (!ok || !rd.done()) {
     return internal_error("malformed request list (" + std::to_string(size) + " bytes)");
   }

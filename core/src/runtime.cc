@@ -471,7 +471,7 @@ bool Runtime::wait_for_work(std::vector<TensorEntry*>* fresh, bool* want_shutdow
     // step with the others (a same-round call could have been submitted before the refusal,
     // and a notice left over failed a later call this rank was merely late for).
     later_from = std::min(queued_at_notice_, queue_.size());
-    for (std::string& text : notices_) controller_.notice(std::move(text), false);
+    for (std::string& text : notices_) controller_.notice(std::move(text));
     notices_.clear();
   }
   fresh->swap(queue_);  // queue_ takes the (cleared) vector of the last round

@@ -89,7 +89,6 @@ TEST_CASE("request list round trips every field", "[unit]") {
   l.shutdown = true;
   l.error = "rank 3: executing allreduce 'w' threw: bad_alloc";
   l.notices = {"rank 3 refused its call locally (allreduce '@w': reserved)", ""};
-  l.went_on = true;
   l.requests.push_back(full_request());
   Request plain;  // all defaults, empty name, no group, no splits
   l.requests.push_back(plain);
@@ -99,7 +98,6 @@ TEST_CASE("request list round trips every field", "[unit]") {
   REQUIRE(parsed.value().shutdown);
   REQUIRE(parsed.value().error == l.error);
   REQUIRE(parsed.value().notices == l.notices);
-  REQUIRE(parsed.value().went_on);
   REQUIRE(parsed.value().requests.size() == 2);
   require_same(parsed.value().requests[0], full_request());
   require_same(parsed.value().requests[1], plain);
@@ -162,7 +160,7 @@ TEST_CASE("every truncation of a response list is rejected", "[unit]") {
 }
 
 TEST_CASE("trailing bytes after a list are rejected", "[unit]") {
-  auto req = serialize(RequestList{{full_request()}, false, "", {}, false});
+  auto req = serialize(RequestList{{full_request()}, false, "", {}});
   req.push_back(0);
   REQUIRE_FALSE(parse_request_list(req.data(), req.size()).ok());
   auto resp = serialize(ResponseList{{full_response()}, {}, "", ""});
@@ -181,7 +179,7 @@ TEST_CASE("corrupted enum bytes in a request are rejected", "[unit]") {
   // Layout: magic(4) shutdown(1) count(4) | rank(4) op(1) name_len(4) name dtype(1) ... | error
   Request r;
   r.name = "x";
-  auto good = serialize(RequestList{{r}, false, "", {}, false});
+  auto good = serialize(RequestList{{r}, false, "", {}});
   REQUIRE(parse_request_list(good.data(), good.size()).ok());
   const size_t op_at = 4 + 1 + 4 + 4;
   const size_t dtype_at = op_at + 1 + 4 + 1;
@@ -264,7 +262,7 @@ TEST_CASE("same_params compares each parameter of the one field list and nothing
 TEST_CASE("every Request field survives the wire, and response_of copies its counterparts",
           "[unit]") {
   const Request a = full_request();
-  auto bytes = serialize(RequestList{{a}, false, "", {}, false});
+  auto bytes = serialize(RequestList{{a}, false, "", {}});
   auto back = parse_request_list(bytes.data(), bytes.size());
   REQUIRE(back.ok());
   REQUIRE(back.value().requests.size() == 1);

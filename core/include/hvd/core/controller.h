@@ -134,12 +134,9 @@ class Controller {
            !local_notices_.empty() || notices_held_ > 0 || notice_sent_recently();
   }
   /// This rank refused a call before it knew its tensor; `text` (notice_text()) says so (see
-  /// the file comment). Sent at the next round.
-  /// `went_on`: this rank submitted something after it (sent in the same round).
-  void notice(std::string text, bool went_on) {
-    local_notices_.push_back(std::move(text));
-    notices_went_on_ = went_on;
-  }
+  /// the file comment). Sent at the next round, without the calls submitted after it (the
+  /// runtime holds those back a round, so rank 0 sees them arrive after the notice).
+  void notice(std::string text) { local_notices_.push_back(std::move(text)); }
   /// A notice's text: "rank <global_rank> refused its call locally (<what>)".
   static std::string notice_text(int global_rank, const std::string& what);
   /// Records a failure of this rank (the first one counts): the next round is a full round
@@ -213,10 +210,8 @@ class Controller {
   void coordinator_emit(const std::string& name, std::vector<Response>* ready);
   void coordinator_fail_groups(const std::vector<int>& joined, std::vector<Response>* ready);
   /// Rank 0: records rank `rank`'s notices of this round; `sent`: its list had requests or
-  /// asked to shut down (its earlier notices' rank went on); `went_on`: the list says it went
-  /// on after these too (RequestList::went_on).
-  void coordinator_take_notices(int rank, std::vector<std::string>* notices, bool sent,
-                                bool went_on);
+  /// asked to shut down (its earlier notices' rank went on).
+  void coordinator_take_notices(int rank, std::vector<std::string>* notices, bool sent);
   /// Rank 0: drops the notices of a mistake every rank made (see the file comment).
   void coordinator_drop_agreed();
   /// Rank 0: fails the tensors that wait only for noticed ranks (see the file comment).
@@ -280,7 +275,6 @@ class Controller {
   std::chrono::steady_clock::time_point joined_at_{};   // when join() was submitted
   std::string local_error_;                             // fail(): sent at the next round
   std::vector<std::string> local_notices_;              // notice(): sent at the next round
-  bool notices_went_on_ = false;                        // notice(): sent with them
   // Until then this rank takes part in rounds after sending a notice, so that rank 0 can
   // answer the others' calls while this rank has nothing else to do in this set.
   std::chrono::steady_clock::time_point notice_sent_until_{};

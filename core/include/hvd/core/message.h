@@ -160,8 +160,6 @@ struct RequestList {
   /// set: Controller::notice), each "rank <r> refused ...": the coordinator fails with it the
   /// tensor the other ranks then wait for from this rank alone.
   std::vector<std::string> notices;
-  /// Some request of this list was submitted after its last notice (its rank went on).
-  bool went_on = false;
 };
 
 /// The coordinator's answer for one round.
@@ -177,12 +175,10 @@ struct ResponseList {
 };
 
 std::vector<uint8_t> serialize(const RequestList& l);
-/// The same bytes as serialize(RequestList{requests, shutdown, error, notices, went_on}), from
-/// pointers.
+/// The same bytes as serialize(RequestList{requests, shutdown, error, notices}), from pointers.
 std::vector<uint8_t> serialize_requests(const std::vector<const Request*>& requests, bool shutdown,
                                         const std::string& error = "",
-                                        const std::vector<std::string>& notices = {},
-                                        bool went_on = false);
+                                        const std::vector<std::string>& notices = {});
 std::vector<uint8_t> serialize(const ResponseList& l);
 Result<RequestList> parse_request_list(const uint8_t* data, size_t size);
 Result<ResponseList> parse_response_list(const uint8_t* data, size_t size);
