@@ -32,14 +32,10 @@ TensorView stage(detail::TorchHandleState& st, const torch::Tensor& t, bool in_p
   return to_view(c, what);
 }
 
-std::string label(const char* op, const std::string& name) {
-  return std::string(op) + (name.empty() ? std::string() : " '" + name + "'");
-}
-
 TorchHandle allreduce_impl(const torch::Tensor& t, const std::string& name, ReduceOp op, double pre,
                            double post, bool in_place) {
   auto st = std::make_shared<detail::TorchHandleState>();
-  const std::string what = label("allreduce", name);
+  const std::string what = detail::call_label("allreduce", name);
   auto [in, out] = detail::refusing("allreduce", name, 0, ProcessSet(), [&] {
     TensorView in = stage(*st, t, in_place, what);
     if (in_place) return std::make_pair(in, TensorView());
@@ -62,7 +58,7 @@ TorchHandle grouped_impl(const std::vector<torch::Tensor>& ts, const std::string
         vs.reserve(ts.size());
         for (size_t i = 0; i < ts.size(); ++i) {
           const std::string what =
-              label("grouped_allreduce", name) + " tensor " + std::to_string(i);
+              detail::call_label("grouped_allreduce", name) + " tensor " + std::to_string(i);
           if (in_place) {
             vs.push_back(stage(*st, ts[i], true, what));
           } else {
@@ -80,7 +76,7 @@ TorchHandle grouped_impl(const std::vector<torch::Tensor>& ts, const std::string
 TorchHandle broadcast_impl(const torch::Tensor& t, int root, const std::string& name,
                            bool in_place) {
   auto st = std::make_shared<detail::TorchHandleState>();
-  const std::string what = label("broadcast", name);
+  const std::string what = detail::call_label("broadcast", name);
   TensorView view = detail::refusing("broadcast", name, 0, ProcessSet(), [&] {
     if (in_place) return stage(*st, t, true, what);
     torch::Tensor out = as_contiguous(t, what).clone();

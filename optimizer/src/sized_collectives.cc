@@ -18,10 +18,6 @@ namespace {
 
 using StatePtr = std::shared_ptr<detail::TorchHandleState>;
 
-std::string label(const char* op, const std::string& name) {
-  return std::string(op) + (name.empty() ? std::string() : " '" + name + "'");
-}
-
 /// Contiguous view of `t` (a staging copy when needed), kept alive by the handle state.
 TensorView stage_input(detail::TorchHandleState& st, const torch::Tensor& t,
                        const std::string& what) {
@@ -48,13 +44,31 @@ void take_handles(detail::TorchHandleState& st, std::vector<Handle> hs) {
   st.more.assign(hs.begin() + 1, hs.end());
 }
 
+/// The inputs of a grouped `op` ("allgather", "reducescatter"), staged, and each member's
+/// output allocator appended to `allocators`; a wrong member is refused on every rank.
+std::vector<TensorView> stage_group(const StatePtr& st, const std::vector<torch::Tensor>& tensors,
+                                    const char* op, const std::string& name,
+                                    const ProcessSet& process_set,
+                                    std::vector<Allocator>* allocators) {
+  const std::string grouped = std::string("grouped_") + op;
+  return detail::refusing(op, name, static_cast<int>(tensors.size()), process_set, [&] {
+    std::vector<TensorView> vs;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const std::string what = detail::call_label(grouped, name) + " tensor " + std::to_string(i);
+      vs.push_back(stage_input(*st, tensors[i], what));
+      allocators->push_back(torch_allocator(st, i, tensors[i]));
+    }
+    return vs;
+  });
+}
+
 }  // namespace
 
 TorchHandle allgather_async(const torch::Tensor& tensor, const std::string& name,
                             const ProcessSet& process_set) {
   auto st = std::make_shared<detail::TorchHandleState>();
   TensorView in = detail::refusing("allgather", name, 0, process_set, [&] {
-    return stage_input(*st, tensor, label("allgather", name));
+    return stage_input(*st, tensor, detail::call_label("allgather", name));
   });
   st->handle = hvd::allgather_async(in, name, process_set, torch_allocator(st, 0, tensor));
   return TorchHandle(st);
@@ -70,16 +84,7 @@ TorchHandle grouped_allgather_async(const std::vector<torch::Tensor>& tensors,
   auto st = std::make_shared<detail::TorchHandleState>();
   std::vector<Allocator> allocators;
   std::vector<TensorView> views =
-      detail::refusing("allgather", name, static_cast<int>(tensors.size()), process_set, [&] {
-        std::vector<TensorView> vs;
-        for (size_t i = 0; i < tensors.size(); ++i) {
-          const std::string what =
-              label("grouped_allgather", name) + " tensor " + std::to_string(i);
-          vs.push_back(stage_input(*st, tensors[i], what));
-          allocators.push_back(torch_allocator(st, i, tensors[i]));
-        }
-        return vs;
-      });
+      stage_group(st, tensors, "allgather", name, process_set, &allocators);
   take_handles(*st, hvd::grouped_allgather_async(views, name, process_set, allocators));
   return TorchHandle(st);
 }
@@ -94,7 +99,7 @@ TorchHandle alltoall_async(const torch::Tensor& tensor, const std::vector<int64_
                            const std::string& name, const ProcessSet& process_set) {
   auto st = std::make_shared<detail::TorchHandleState>();
   TensorView in = detail::refusing("alltoall", name, 0, process_set, [&] {
-    return stage_input(*st, tensor, label("alltoall", name));
+    return stage_input(*st, tensor, detail::call_label("alltoall", name));
   });
   st->handle = hvd::alltoall_async(in, splits, name, process_set, torch_allocator(st, 0, tensor));
   return TorchHandle(st);
@@ -114,7 +119,7 @@ TorchHandle reducescatter_async(const torch::Tensor& tensor, const std::string& 
                                 const ProcessSet& process_set) {
   auto st = std::make_shared<detail::TorchHandleState>();
   TensorView in = detail::refusing("reducescatter", name, 0, process_set, [&] {
-    return stage_input(*st, tensor, label("reducescatter", name));
+    return stage_input(*st, tensor, detail::call_label("reducescatter", name));
   });
   st->handle = hvd::reducescatter_async(in, name, op, prescale_factor, postscale_factor,
                                         process_set, torch_allocator(st, 0, tensor));
@@ -135,16 +140,7 @@ TorchHandle grouped_reducescatter_async(const std::vector<torch::Tensor>& tensor
   auto st = std::make_shared<detail::TorchHandleState>();
   std::vector<Allocator> allocators;
   std::vector<TensorView> views =
-      detail::refusing("reducescatter", name, static_cast<int>(tensors.size()), process_set, [&] {
-        std::vector<TensorView> vs;
-        for (size_t i = 0; i < tensors.size(); ++i) {
-          const std::string what =
-              label("grouped_reducescatter", name) + " tensor " + std::to_string(i);
-          vs.push_back(stage_input(*st, tensors[i], what));
-          allocators.push_back(torch_allocator(st, i, tensors[i]));
-        }
-        return vs;
-      });
+      stage_group(st, tensors, "reducescatter", name, process_set, &allocators);
   take_handles(*st, hvd::grouped_reducescatter_async(views, name, op, prescale_factor,
                                                      postscale_factor, process_set, allocators));
   return TorchHandle(st);

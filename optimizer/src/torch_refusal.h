@@ -12,6 +12,11 @@
 
 namespace hvd::optim::detail {
 
+/// How errors name a call: "<op> '<name>'", or "<op>" when it has no name.
+inline std::string call_label(const std::string& op, const std::string& name) {
+  return op + (name.empty() ? std::string() : " '" + name + "'");
+}
+
 /// Runs `stage`: this rank's checks and conversions of a collective's torch arguments, before
 /// anything is submitted. A mistake it throws (an undefined, sparse, meta or complex tensor: an
 /// hvd::Error or a c10::Error) would leave the other ranks waiting for this rank's call; it is
@@ -31,7 +36,7 @@ auto refusing(const char* op, const std::string& name, int group_size, const Pro
     reason = e.what_without_backtrace();
   }
   // refuse_call names the collective and the tensor itself.
-  const std::string said = std::string(op) + (name.empty() ? "" : " '" + name + "'") + ": ";
+  const std::string said = call_label(op, name) + ": ";
   if (reason.compare(0, said.size(), said) == 0) reason.erase(0, said.size());
   hvd::detail::refuse_call(op, name, group_size, reason, ps);
 }
