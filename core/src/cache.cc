@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "hvd/core/hash.h"
+
 namespace hvd::core {
 
 ResponseCache::ResponseCache(int64_t capacity, int64_t max_capacity)
@@ -77,19 +79,10 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
   return evicted;
 }
 
-namespace {
-// FNV-1a: the same value on every rank, whatever the standard library's std::hash does.
-uint64_t name_hash(const std::string& name) {
-  uint64_t h = 14695981039346656037ULL;
-  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ULL;
-  return h;
-}
-}  // namespace
-
 void ResponseCache::remember_evicted(const std::string& name) {
   const auto keep = static_cast<size_t>(max_capacity_ - capacity_);
   if (keep == 0) return;  // cannot grow: nothing to learn
-  const uint64_t h = name_hash(name);
+  const uint64_t h = fnv1a(name);
   evicted_order_.push_back(h);
   ++evicted_[h];
   while (evicted_order_.size() > keep) {
@@ -100,7 +93,7 @@ void ResponseCache::remember_evicted(const std::string& name) {
 }
 
 bool ResponseCache::evicted_before(const std::string& name) const {
-  return !evicted_.empty() && evicted_.count(name_hash(name)) > 0;
+  return !evicted_.empty() && evicted_.count(fnv1a(name)) > 0;
 }
 
 bool ResponseCache::grow() {

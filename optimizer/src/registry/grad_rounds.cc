@@ -3,6 +3,7 @@
 // (the state machine is described in hvd/optim/grad_registry.h).
 #include <algorithm>
 
+#include "hvd/core/hash.h"
 #include "hvd/optim/grad_registry.h"
 #include "registry_lock.h"
 
@@ -27,10 +28,8 @@ constexpr int64_t kFlip = int64_t{1} << 62;
 
 /// What every rank must agree on before pairing: the entries' count and names.
 int64_t fingerprint(const EntryList& entries) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (const auto& e : entries) {
-    for (unsigned char c : e->wire + '\n') h = (h ^ c) * 1099511628211ull;
-  }
+  uint64_t h = core::kFnv1aStart;
+  for (const auto& e : entries) h = core::fnv1a(e->wire + '\n', h);
   return static_cast<int64_t>(h & 0x1fffffffffffffffull);
 }
 
@@ -206,10 +205,8 @@ Status GradRegistry::ready(const std::shared_ptr<GradEntry>& e) {
 Status GradRegistry::queue(const EntryList& entries, const std::string& group_name) {
   for (const auto& m : entries) m->state = State::kQueued;
   if (bucket_bytes_ == 0) return submit(entries, group_name);
-  if (!end_of_pass_queued_) {
-    if (!fe_.defer_to_end_of_pass()) return submit(entries, group_name);
-    end_of_pass_queued_ = true;
-  }
+  ensure_end_of_pass();
+  if (!end_of_pass_queued_) return submit(entries, group_name);  // not inside a backward pass
   queued_.emplace_back(entries, group_name);
   for (const auto& m : entries) queued_bytes_ += m->param->nbytes();
   return queued_bytes_ >= bucket_bytes_ ? flush() : Status();
@@ -281,8 +278,7 @@ Status GradRegistry::submit(const EntryList& entries, const std::string& group_n
 GradRegistry::Waits GradRegistry::in_flight(const EntryList& entries) const {
   Waits waits;
   for (const auto& e : entries) {
-    const EntryList self{e};
-    for (const auto& m : e->group ? e->group->members : self) {  // group mates complete with it
+    for (const auto& m : unit_of(e)) {  // group mates complete with it
       const bool listed =
           std::any_of(waits.begin(), waits.end(), [&m](const auto& w) { return w.first == m; });
       if (m->reduction && !listed) waits.emplace_back(m, m->reduction);
