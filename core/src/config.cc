@@ -34,8 +34,9 @@ const Var kTimelineCycles{"HVD_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYC
 const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
 const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
 // Variables other parts of hvd read through their own layers (the launcher's test hosts, the
-// soak test, elastic mode's Python layer, rank wrapper and ElasticConfig, set by hvdrun --min-np), and two test-only ones: the
-// fault hook HVD_TEST_FAULT (ops/src/nccl) and the MPI test harness's per-case deadline.
+// soak test, elastic mode's Python layer, rank wrapper and ElasticConfig, set by hvdrun --min-np),
+// and two test-only ones: the fault hook HVD_TEST_FAULT (ops/src/nccl) and the MPI test harness's
+// per-case deadline.
 const char* const kOtherKnown[] = {"HVD_TESTHOSTS_PREFIX",
                                    "HVD_TESTHOSTS_SUBNET",
                                    "HVD_TESTHOSTS_DIR",

@@ -140,7 +140,7 @@ core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
 /// global background thread) into a negotiation and a data communicator for `ranks`.
 /// `local_rank`: this process's rank on its node (its default GPU); `cfg`: the global runtime's.
 Status make_process_set_parts(MPI_Comm parent, int world_rank, int local_rank,
-                              bool threads_multiple, std::function<Status()> should_abort,
+                              bool threads_multiple, const std::function<Status()>& should_abort,
                               const core::Config& cfg, int32_t id,
                               const std::vector<int32_t>& ranks, core::RuntimeParts* out);
 

@@ -27,7 +27,7 @@ struct SetComms {
 }  // namespace
 
 Status make_process_set_parts(MPI_Comm parent, int world_rank, int local_rank,
-                              bool threads_multiple, std::function<Status()> should_abort,
+                              bool threads_multiple, const std::function<Status()>& should_abort,
                               const core::Config& cfg, int32_t id,
                               const std::vector<int32_t>& ranks, core::RuntimeParts* out) {
   if (!threads_multiple) {

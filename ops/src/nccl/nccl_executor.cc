@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "device_state.h"
 #include "executor_util.h"
@@ -30,7 +31,7 @@ namespace {
 constexpr const char* kHierarchicalCall = "ncclReduceScatter+MPI_Allreduce+ncclAllGather";
 }  // namespace
 
-NcclExecutor::NcclExecutor(MPI_Comm comm, NcclOptions opts) : comm_(comm), opts_(opts) {
+NcclExecutor::NcclExecutor(MPI_Comm comm, NcclOptions opts) : comm_(comm), opts_(std::move(opts)) {
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(comm_, &rank_);
   auto fault =

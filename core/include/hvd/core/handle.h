@@ -205,6 +205,7 @@ struct HandleState {
   static void after_last_users(const std::shared_ptr<HandleState>& owner) {
     if constexpr (kThreadSanitizer) {
       std::shared_ptr<HandleState> probe(owner);
+      probe.reset();  // the copy's increment and this decrement are the acquire
     } else {
       std::atomic_thread_fence(std::memory_order_acquire);
     }
