@@ -58,17 +58,24 @@ def _refuse(op, items, sig, args, kwargs, err):
             size = max(len(a.get(items)), 1)
         except TypeError:
             size = 1
-    reason = f"{type(err).__name__}: {err}"
+    refuse(op, a.get("name") or "", size, f"{type(err).__name__}: {err}",
+           a.get("process_set", global_process_set))
+
+
+def refuse(op, name, size, reason, process_set):
+    """Refuses this rank's call of `op` (`size` members of a grouped call, or 0) named `name`
+    on `process_set` through negotiation: every rank's call of it fails with `reason`. Returns
+    (the refusal raised here is left to the caller's own error)."""
     try:
-        ps = _set_id(a.get("process_set", global_process_set))
+        ps = _set_id(process_set)
     except (TypeError, ValueError):
         ps = None  # a set never registered, or removed: the core cannot name it either
     try:
         if ps is None:
-            _core.refuse_call_without_set(op, a.get("name") or "", reason)
+            _core.refuse_call_without_set(op, name, reason)
         else:
-            _core.refuse_call(op, a.get("name") or "", size, reason, ps)
+            _core.refuse_call(op, name, size, reason, ps)
     except HorovodInternalError:
-        pass  # the refusal itself, raised on this rank as `err` instead
-    except Exception:  # noqa: BLE001 - no set, not initialised: `err` says enough
+        pass  # the refusal itself, raised on this rank as the caller's error instead
+    except Exception:  # noqa: BLE001 - no set, not initialised: the caller's error says enough
         pass

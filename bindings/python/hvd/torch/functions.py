@@ -9,7 +9,8 @@ import pickle
 
 import torch
 
-from hvd.common.basics import Max, _set_id, global_process_set
+from hvd.common.basics import Max, global_process_set
+from hvd.common.refusal import refuse
 from hvd.torch import mpi_ops
 
 try:  # cloudpickle handles lambdas and local classes; plain pickle is the fallback
@@ -62,9 +63,9 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
             data = _dumps(obj)
         except Exception as e:  # noqa: BLE001 - whatever pickling raises, the others must hear
             # The refusal takes the size broadcast's place: every rank's call fails with it.
-            _refuse_broadcast(name + ".sz", process_set,
-                              f"rank {me} (the root) could not pickle the object: "
-                              f"{type(e).__name__}: {e}")
+            refuse("broadcast", name + ".sz", 0,
+                   f"rank {me} (the root) could not pickle the object: {type(e).__name__}: {e}",
+                   process_set)
             raise
         payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         size = torch.tensor([payload.numel()], dtype=torch.int64)
@@ -77,13 +78,6 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     if me == root_rank:
         return obj
     return _loads(payload)
-
-
-def _refuse_broadcast(name, process_set, reason):
-    try:
-        mpi_ops._core.refuse_call("broadcast", name, 0, reason, _set_id(process_set))
-    except Exception:  # noqa: BLE001 - the refusal itself (always raised); the caller re-raises
-        pass
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):

@@ -18,7 +18,7 @@ from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, global_p
 from hvd.common.handles import (  # noqa: F401
     Finish, barrier, join, poll, reduce_op, reducescatter_op, split_counts, synchronize)
 from hvd.common.exceptions import HorovodInternalError
-from hvd.common.refusal import MISTAKES, refusing
+from hvd.common.refusal import MISTAKES, refuse, refusing
 from hvd.torch.compression import Compression
 
 _DTYPES = {
@@ -272,12 +272,8 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         # Both allgathers this call makes are refused, so that every rank's call fails with
         # this rank's mistake and the automatic names stay in step.
         for part in ("indices", "values"):
-            try:
-                _core.refuse_call("allgather", "" if name is None else f"{name}.{part}", 0,
-                                  f"sparse_allreduce_async: {type(e).__name__}: {e}",
-                                  _set_id(process_set))
-            except Exception:  # noqa: BLE001 - the refusal itself; `e` is raised below
-                pass
+            refuse("allgather", "" if name is None else f"{name}.{part}", 0,
+                   f"sparse_allreduce_async: {type(e).__name__}: {e}", process_set)
         raise
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
     indices = t._indices().t().contiguous()  # [nnz, ndim]: rows are gathered
