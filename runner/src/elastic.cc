@@ -11,6 +11,7 @@
 namespace hvd::runner {
 
 bool supersedes_restart_request(int first_code, int later_code, bool kill_sent) {
+  if (first_code == kExitLaunch) return later_code == kExitElasticFatal;
   if (first_code != kExitElasticRestart) return false;
   if (later_code == kExitElasticFatal) return true;
   if (kill_sent) return false;

@@ -155,8 +155,10 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
     if (cfg.elastic && first && stop_signal == 0 &&
         supersedes_restart_request(first->code, m.value, kill_sent)) {
       write_line(2, "hvdrun: rank " + std::to_string(m.rank) + " on host " + m.host + " failed (" +
-                        describe_exit_code(m.value) + "): the cause of rank " +
-                        std::to_string(first->rank) + "'s restart request");
+                        describe_exit_code(m.value) + "): the cause of " +
+                        (first->code == kExitLaunch
+                             ? "losing rank " + std::to_string(first->rank)
+                             : "rank " + std::to_string(first->rank) + "'s restart request"));
       first = Failure{m.rank, m.host, m.value};
       return;
     }

@@ -88,6 +88,11 @@ TEST_CASE("a rank's fatal error (exit 76) ends the job at once with exit code 1"
   CHECK(supersedes_restart_request(kExitElasticRestart, kExitElasticFatal, false));
   CHECK(supersedes_restart_request(kExitElasticRestart, kExitElasticFatal, true));
   CHECK_FALSE(supersedes_restart_request(kExitSignalBase + SIGKILL, kExitElasticFatal, false));
+  // A wrapper lost first (mpirun's abort after the fatal exit killed it): the fatal exit wins.
+  CHECK(supersedes_restart_request(kExitLaunch, kExitElasticFatal, false));
+  CHECK(supersedes_restart_request(kExitLaunch, kExitElasticFatal, true));
+  CHECK_FALSE(supersedes_restart_request(kExitLaunch, 1, false));
+  CHECK_FALSE(supersedes_restart_request(kExitLaunch, kExitElasticRestart, false));
 }
 
 TEST_CASE("the failure after a restart request is quoted as its cause", "[unit]") {

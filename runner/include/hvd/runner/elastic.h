@@ -56,6 +56,8 @@ inline constexpr int kExitFatalError = 1;
 // sends (and SIGPIPE, a consequence of a peer's death) is that cause, as long as hvdrun has not
 // sent KILL itself (`kill_sent`). A later kExitElasticFatal always replaces a restart request:
 // the survivors of a rank that ended the job for good see its exit as a failed collective.
+// It also replaces a lost wrapper (kExitLaunch: mpirun's abort after the fatal exit can kill
+// another rank's wrapper, whose closed connection may reach hvdrun first).
 bool supersedes_restart_request(int first_code, int later_code, bool kill_sent);
 
 // Whether a rank's exit `later_code`, reported after a restart request (kExitElasticRestart)
