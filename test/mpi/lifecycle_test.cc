@@ -69,10 +69,19 @@ void refusals_outlive_shutdown() {
   const std::string x = error_of(hvd::allreduce_async(t, "late.x"));
   expect_in("alltoall after rank 0 refused it and shut down", a2a, "rank 0 refused its call");
   expect_in("alltoall after rank 0 refused it and shut down", a2a, "splits");
-  expect_in("allreduce after rank 0 refused it and shut down", x,
-            "rank 0 refused its call locally (allreduce '@late.x'");
-  expect_in("the busy call", error_of(busy), "hvd was shut down");
-  std::printf("rank 1 after rank 0's refusals and shutdown:\n  %s\n  %s\n", a2a.c_str(), x.c_str());
+  // Rank 0's notice (a reserved name: the other ranks cannot tell which call it was) fails the
+  // first call of rank 1's that waits for rank 0 alone once rank 0 went on: the busy call when
+  // the notice and the shutdown reach rank 0 in different rounds (a slow rank 0, as under the
+  // sanitizers), else late.x, through the shutdown's note. Either way it is reported, and the
+  // other call says hvd was shut down.
+  const std::string busy_error = error_of(busy);
+  const std::string notice = "rank 0 refused its call locally (allreduce '@late.x'";
+  const bool busy_has_notice = busy_error.find(notice) != std::string::npos;
+  expect_in("the call rank 0's notice did not fail", busy_has_notice ? x : busy_error,
+            "hvd was shut down");
+  expect_in("the call rank 0's notice failed", busy_has_notice ? busy_error : x, notice);
+  std::printf("rank 1 after rank 0's refusals and shutdown:\n  %s\n  %s\n  %s\n", a2a.c_str(),
+              x.c_str(), busy_error.c_str());
   hvd::shutdown();
 }
 }  // namespace
