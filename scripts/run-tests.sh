@@ -77,6 +77,19 @@ finish_clean_host() {
   skipped+=$(skipped_in "$BUILD/ctest-clean-host.log")
 }
 
+# The [debian13] tier's root (debootstrap and the packages install-deps.sh installs there: downloads
+# and unpacking on a fresh machine, cached afterwards) is made now too, so that it overlaps the
+# compiler; the tier itself runs after the sanitizer passes.
+prep13_pid=
+if [[ "${HVD_SKIP_DEBIAN13:-0}" != 1 ]]; then
+  step "[debian13] root: prepared in the background ($BUILD/debian13-prepare.log)"
+  HVD_DEBIAN13_PREPARE_ONLY=1 setsid bash test/debian13/debian13_tier.sh "$PWD" \
+    >"$BUILD/debian13-prepare.log" 2>&1 &
+  prep13_pid=$!
+  trap '[[ $clean_host_done -eq 1 ]] || kill -- -"$clean_host_pid" 2>/dev/null || true
+        [[ -z $prep13_pid ]] || kill -- -"$prep13_pid" 2>/dev/null || true' EXIT
+fi
+
 if [[ "${HVD_SKIP_SANITIZERS:-0}" != 1 ]]; then
   step "ASan+UBSan and TSan builds"
   cmake --preset asan >/dev/null
@@ -138,6 +151,13 @@ fi
 if [[ "${HVD_SKIP_DEBIAN13:-0}" != 1 ]]; then
   # The tree built and tested again on Debian 13 (a cached debootstrap root, chroot): GCC 14,
   # Open MPI 5, Catch2 3, Python 3.13, torch 2.6; then its .deb on a clean Debian 13 root.
+  # What the background preparation printed (a failure there shows again below, in the tier).
+  if [[ -n $prep13_pid ]]; then
+    wait "$prep13_pid" || true
+    prep13_pid=
+    step "[debian13] root preparation (background)"
+    cat "$BUILD/debian13-prepare.log"
+  fi
   step "[debian13] tier: build and test on Debian 13 (test/debian13/debian13_tier.sh)"
   t13=$(date +%s)
   set +e
