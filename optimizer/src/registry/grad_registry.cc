@@ -151,6 +151,9 @@ Result<EntryList> GradRegistry::add(int64_t owner, const std::string& label,
     if (std::none_of(e->owners.begin(), e->owners.end(),
                      [owner](const auto& o) { return o.first == owner; })) {
       e->owners.emplace_back(owner, label);
+      // A shared entry is never a bucket view: its bucket dissolves (every rank registers in the
+      // same order; the first owner's next agreement lays its buckets out again).
+      if (e->group && e->group->bucket) dissolve(e->group);
     }
     out.push_back(e);
   }
@@ -184,6 +187,7 @@ void GradRegistry::drain_deferred(Lock& lk) {
 }
 
 void GradRegistry::remove_locked(Lock& lk, int64_t owner, const EntryList& entries) {
+  layouts_.erase(owner);
   for (const auto& e : entries) {
     auto& o = e->owners;
     o.erase(std::remove_if(o.begin(), o.end(), [owner](const auto& x) { return x.first == owner; }),
@@ -208,15 +212,133 @@ void GradRegistry::remove_locked(Lock& lk, int64_t owner, const EntryList& entri
       q = queued_.erase(q);
     }
     e->param->detach();
-    if (e->group) {
-      for (auto& m : e->group->members) {
-        if (m != e) m->group.reset();  // the group dissolves with its first departing member
-      }
-      e->group.reset();
-    }
+    if (e->group) dissolve(e->group);  // a group dissolves with its first departing member
     by_key_.erase(e->key);
     by_wire_.erase({e->settings.process_set, e->wire});
   }
+}
+
+void GradRegistry::dissolve(const std::shared_ptr<GradEntry::Group>& g) {
+  auto members = std::move(g->members);
+  g->members.clear();
+  for (const auto& m : members) {
+    m->group.reset();
+    if (g->bucket) m->param->leave_bucket();
+  }
+}
+
+bool GradRegistry::bucket_eligible(int64_t owner, const GradEntry& e) const {
+  return e.settings.bucket_view && e.owners.size() == 1 && e.owners.front().first == owner &&
+         (!e.group || e.group->bucket);
+}
+
+int64_t GradRegistry::wants_layout(int64_t owner, const EntryList& entries) const {
+  if (entries.empty() || !entries.front()->settings.bucket_view) return 0;
+  auto it = layouts_.find(owner);
+  if (it == layouts_.end()) return kLayoutMissing;
+  const Layout& l = it->second;
+  // The eligible entries changed (a bucket dissolved when an entry became shared): lay out
+  // again. bucket_kind() is asked at layout time only (it costs a call per entry).
+  if (l.eligible.size() != entries.size()) return kLayoutMissing;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (l.eligible[i] != bucket_eligible(owner, *entries[i])) return kLayoutMissing;
+  }
+  for (const auto& e : l.order) {
+    if (!e->group || !e->group->bucket) return kLayoutMissing;
+  }
+  if (l.order_relayouts >= kMaxOrderRelayouts) return 0;
+  uint64_t last = 0;
+  for (const auto& e : l.order) {
+    if (e->ready_stamp == 0) return 0;  // not every member became ready: nothing learned
+    if (e->ready_stamp < last) return kOrderChanged;
+    last = e->ready_stamp;
+  }
+  return 0;
+}
+
+Status GradRegistry::relayout(int64_t owner, const EntryList& entries) {
+  // Each entry's observed position (unreached ones after all reached, in entry order) and
+  // whether it is ineligible on this rank; the maxima are the same on every rank.
+  const size_t n = entries.size();
+  std::vector<size_t> by_stamp;
+  for (size_t i = 0; i < n; ++i) {
+    if (entries[i]->ready_stamp != 0) by_stamp.push_back(i);
+  }
+  std::stable_sort(by_stamp.begin(), by_stamp.end(), [&entries](size_t a, size_t b) {
+    return entries[a]->ready_stamp < entries[b]->ready_stamp;
+  });
+  std::vector<int64_t> v(2 * n);
+  std::vector<bool> eligible(n);
+  for (size_t k = 0; k < by_stamp.size(); ++k) v[by_stamp[k]] = static_cast<int64_t>(k);
+  for (size_t i = 0; i < n; ++i) {
+    if (entries[i]->ready_stamp == 0) v[i] = static_cast<int64_t>(n + i);
+    eligible[i] = bucket_eligible(owner, *entries[i]);
+    v[n + i] = eligible[i] && !entries[i]->param->bucket_kind().empty() ? 0 : 1;
+  }
+  const ReduceSettings& settings = entries.front()->settings;
+  const int32_t set = settings.process_set;
+  const uint64_t gen = ++layout_gens_[set];
+  const std::string prefix = "hvd.bucket." + std::to_string(gen);
+  Result<std::vector<int64_t>> r = fe_.agree(prefix + ".layout", v, set);
+  if (!r.ok()) return r.status();
+  const std::vector<int64_t>& m = r.value();
+  if (m.size() != v.size()) {
+    return internal_error("DistributedOptimizer " + entries.front()->owner_labels() +
+                          ": the bucket layout exchange returned " + std::to_string(m.size()) +
+                          " values for " + std::to_string(v.size()));
+  }
+  Layout& layout = layouts_[owner];
+  for (const auto& e : entries) {
+    if (e->group && e->group->bucket) dissolve(e->group);
+  }
+  layout.order.clear();
+  layout.eligible = std::move(eligible);
+  std::vector<size_t> order;
+  for (size_t i = 0; i < n; ++i) {
+    if (m[n + i] == 0) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&m](size_t a, size_t b) { return m[a] < m[b]; });
+  // Consecutive runs of one kind, closed once they hold bucket_view_bytes.
+  Status first;
+  size_t k = 0;
+  for (size_t start = 0; start < order.size();) {
+    const std::string kind = entries[order[start]]->param->bucket_kind();
+    size_t bytes = 0, end = start;
+    while (end < order.size() && bytes < settings.bucket_view_bytes &&
+           entries[order[end]]->param->bucket_kind() == kind) {
+      bytes += entries[order[end]]->param->nbytes();
+      ++end;
+    }
+    auto g = std::make_shared<GradEntry::Group>();
+    g->name = prefix + "." + std::to_string(k++);
+    g->bucket = true;
+    std::vector<GradParam*> params;
+    for (size_t j = start; j < end; ++j) {
+      g->members.push_back(entries[order[j]]);
+      params.push_back(entries[order[j]]->param.get());
+    }
+    Status s = fe_.make_bucket(params, g->name, settings);
+    if (s.ok()) {
+      for (const auto& e : g->members) {
+        e->group = g;
+        layout.order.push_back(e);
+      }
+    } else if (first.ok()) {
+      first = s;
+    }
+    start = end;
+  }
+  return first;
+}
+
+std::vector<std::string> GradRegistry::bucket_names(const EntryList& entries) const {
+  Lock lk(*this);
+  std::vector<std::string> out;
+  out.reserve(entries.size());
+  for (const auto& e : entries) {
+    out.push_back(e->group && e->group->bucket ? e->group->name : std::string());
+  }
+  return out;
 }
 
 void GradRegistry::set_backward_passes_per_step(const EntryList& entries, int passes) {

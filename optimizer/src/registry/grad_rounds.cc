@@ -43,6 +43,7 @@ void GradRegistry::start_round(GradEntry& e) {
 
 void GradRegistry::set_aside(GradEntry& e) {
   if (!e.zeroed) e.param->stash();
+  e.param->reattach();  // a bucket view: the pass accumulates into it
   e.zeroed = false;
   e.state = State::kAccumulating;
   e.passes = 0;
@@ -187,6 +188,7 @@ Status GradRegistry::after_pass(const std::shared_ptr<GradEntry>& e) {
   e->zeroed = false;
   ++e->passes;
   if (e->passes < e->settings.backward_passes_per_step) return Status();
+  if (e->ready_stamp == 0) e->ready_stamp = ++ready_clock_;
   return ready(e);
 }
 
@@ -249,8 +251,11 @@ Status GradRegistry::submit(const EntryList& entries, const std::string& group_n
   for (const auto& m : entries) params.push_back(m->param.get());
   const bool grouped = !group_name.empty();
   const std::string& name = grouped ? group_name : entries.front()->wire;
+  const auto& g = entries.front()->group;
+  const bool bucket = grouped && g && g->bucket && g->name == group_name;
   Result<std::shared_ptr<GradReduction>> r =
-      fe_.submit(params, name, grouped, entries.front()->settings, zeros);
+      bucket ? fe_.submit_bucket(params, name, entries.front()->settings, zeros)
+             : fe_.submit(params, name, grouped, entries.front()->settings, zeros);
   if (!r.ok()) {
     for (const auto& m : entries) {
       if (zeros) continue;
@@ -312,9 +317,10 @@ Status GradRegistry::wait_and_finish(Lock& lk, const Waits& waits) {
   return first_error;
 }
 
-Status GradRegistry::agree(const EntryList& entries, std::vector<int64_t>& target) {
-  // [count, fingerprint, planned rounds..., discarded...], then kFlip minus each: one
-  // allreduce (max) gives every rank the maxima and the minima.
+Status GradRegistry::agree(const EntryList& entries, std::vector<int64_t>& target,
+                           int64_t& layout) {
+  // [count, fingerprint, planned rounds..., discarded..., layout wanted], then kFlip minus each:
+  // one allreduce (max) gives every rank the maxima and the minima.
   const size_t n = entries.size();
   std::vector<int64_t> v;
   v.reserve(4 * (n + 1));
@@ -322,6 +328,7 @@ Status GradRegistry::agree(const EntryList& entries, std::vector<int64_t>& targe
   v.push_back(fingerprint(entries));
   for (size_t i = 0; i < n; ++i) v.push_back(target[i]);
   for (const auto& e : entries) v.push_back(e->discarded);
+  v.push_back(layout);
   const size_t half = v.size();
   for (size_t i = 0; i < half; ++i) v.push_back(kFlip - v[i]);
   const auto& first = *entries.front();
@@ -338,6 +345,7 @@ Status GradRegistry::agree(const EntryList& entries, std::vector<int64_t>& targe
                     "holding the same parameters, in the same order");
   }
   for (size_t i = 0; i < n; ++i) target[i] = m[2 + i];
+  layout = m[half - 1];
   for (size_t i = 0; i < n; ++i) {
     const int64_t most = m[2 + n + i], least = kFlip - m[half + 2 + n + i];
     if (most == least) continue;
@@ -413,7 +421,8 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
   // 2. The agreement: how many reductions each entry has on the rank that has most.
   // A mismatch of the names fails at once (pairing is impossible); a mismatch of the
   // reductions dropped is reported once every reduction completed (nothing is left in flight).
-  Status refused = agree(entries, target);
+  int64_t layout = wants_layout(owner, entries);
+  Status refused = agree(entries, target, layout);
   if (!refused.ok() && refused.code() != StatusCode::kPrecondition) return refused;
   // 3. In order, per unit: what this rank has, then zeros up to the target. A name is in flight
   // once: each rank waits for its previous reduction of the unit, which every rank submits in the
@@ -455,6 +464,12 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
     e->discarded = 0;
   }
   if (first.ok()) first = waited;
+  if (refused.ok() && first.ok() && layout != 0) {
+    // Every rank got the same maximum: all of them build the layout here.
+    if (layout == kOrderChanged) ++layouts_[owner].order_relayouts;
+    first = relayout(owner, entries);
+  }
+  for (const auto& e : entries) e->ready_stamp = 0;
   return refused.ok() ? first : refused;
 }
 

@@ -51,6 +51,25 @@
 // entry was removed keeps its wire name when the frontend remembers it (ParamSpec::wire): on a
 // rank where the old optimizer is still alive it shares the old entry and that name. Two
 // different tensors under one name inside one optimizer are an error.
+//
+// Bucket views (ReduceSettings::bucket_view, DDP's gradient_as_bucket_view): the gradients of an
+// owner's eligible entries live as views into one flat buffer per bucket, so a ready bucket is
+// reduced by one in-place allreduce of that buffer (no copy into a fusion buffer, none back).
+// Eligible: the setting on, held by this one owner, in no user group, a non-empty
+// GradParam::bucket_kind(). The registry stamps the order in which eligible entries become ready
+// (after_pass reaching backward_passes_per_step); synchronize()'s agreement carries one more
+// value, "a layout is wanted" (no layout yet, the eligible entries changed, or a rank saw every
+// member ready in an order other than the layout's: at most kMaxOrderRelayouts times per owner).
+// When some rank wants one, after the step's reductions completed, one more allreduce (max)
+// exchanges each entry's observed position (unreached: after all reached, in entry order) and
+// whether it is ineligible on some rank; every rank sorts by the maxima (ties: entry order) and
+// cuts the same buckets: runs of one bucket_kind, closed once they hold bucket_view_bytes. A
+// bucket is a Group (kind kBucket) named "hvd.bucket.<g>.<k>" (g counts layouts per process set,
+// k the bucket): it is reduced as a unit like a user group (every member ready, or synchronize()
+// filling what a rank did not reach), through GradFrontend::submit_bucket(). The frontend owns
+// the buffers (make_bucket, GradParam::reattach, leave_bucket). A bucket dissolves when a member
+// gets a second owner or is removed (its members keep .grad's value and are reduced one by one
+// until the owner's next layout).
 #pragma once
 
 #include <atomic>
@@ -79,6 +98,11 @@ struct ReduceSettings {
   double predivide = 1.0;
   int32_t process_set = 0;
   bool sparse_as_dense = false;
+  /// Gradients as views into per-bucket flat buffers (see the file comment). Not part of ==:
+  /// an entry held by several owners is never bucketed, whatever they asked.
+  bool bucket_view = false;
+  /// A bucket is closed once it holds this many bytes (bucket_view only).
+  size_t bucket_view_bytes = size_t{4} << 20;
   bool operator==(const ReduceSettings& o) const {
     return op == o.op && compression == o.compression &&
            backward_passes_per_step == o.backward_passes_per_step && predivide == o.predivide &&
@@ -117,8 +141,26 @@ class GradParam {
   /// The reductions are over: adds what results were set aside to .grad (or makes it .grad).
   virtual void settle() = 0;
   /// True when .grad is still what the reduction in flight started from (neither replaced nor
-  /// changed in place).
+  /// changed in place). A bucket member's views share one version counter: an in-place change of
+  /// any member while the bucket is in flight counts for every member.
   virtual bool untouched() const = 0;
+
+  // Bucket views. A frontend that does not implement them keeps the defaults: never bucketed.
+
+  /// The kind of flat buffer the gradient can live in, the same on every rank for this parameter
+  /// (dtype and device type, never a device index: "float32/cpu"); entries of one kind may share
+  /// a bucket. Empty: never bucketed (sparse, not strided, ...).
+  virtual std::string bucket_kind() const { return {}; }
+  /// Bucketed and the bucket's buffer not being reduced (its last reduction done): when .grad is
+  /// not this parameter's view, copies .grad's value into the view (zeros when .grad is empty)
+  /// and makes .grad the view, so that the next pass accumulates into it. Otherwise nothing.
+  /// Called by the registry after each stash()/zeroing that starts a pass (pre-hook), so that
+  /// zero_grad(set_to_none=True) costs one zero fill, not a copy at submission.
+  virtual void reattach() {}
+  /// The parameter leaves its bucket (dissolved, or a new layout): .grad keeps its value (it may
+  /// stay a view of the old buffer, which lives as long as something holds it); later
+  /// reductions are its own (submit()).
+  virtual void leave_bucket() {}
 };
 
 /// One submitted reduction; wait() is called without the registry's lock.
@@ -159,6 +201,32 @@ class GradFrontend {
   /// Runs GradRegistry::end_of_pass() when the current backward pass ends; false when no backward
   /// pass is running (the caller then submits at once).
   virtual bool defer_to_end_of_pass() { return false; }
+
+  // Bucket views (see the file comment); only called for parameters with a bucket_kind().
+
+  /// Makes `members` (in this order, one bucket_kind) the bucket `name`: one flat buffer, each
+  /// member's .grad a view of its slice holding .grad's value (zeros where .grad is empty); a
+  /// member of an earlier bucket leaves it. Called inside synchronize() with nothing of the
+  /// members in flight, in the same order on every rank. An error leaves the members unbucketed
+  /// (the registry then reduces them one by one on this rank: only for failures every rank
+  /// shares, like running out of memory, as the layout is not agreed again).
+  virtual Status make_bucket(const std::vector<GradParam*>& members, const std::string& name,
+                             const ReduceSettings& s) {
+    (void)members, (void)name, (void)s;
+    return Status();
+  }
+  /// Starts the reduction of bucket `name` (members as make_bucket got them): each member
+  /// reattach()ed first (its .grad copied into its view where it is not the view, zeros where
+  /// .grad is empty), then ONE allreduce of the flat buffer in place (compression: cast into a
+  /// 16-bit flat buffer, reduced, cast back into the views at finish()). `zeros`: a zero buffer
+  /// of the same layout is reduced and .grad is untouched (finish() then gets Use::kAside or
+  /// kDrop). Nothing of the bucket is in flight when it is called. finish() follows per member
+  /// (index = position in the bucket). Default: one grouped allreduce (submit()).
+  virtual Result<std::shared_ptr<GradReduction>> submit_bucket(
+      const std::vector<GradParam*>& members, const std::string& name, const ReduceSettings& s,
+      bool zeros) {
+    return submit(members, name, true, s, zeros);
+  }
 };
 
 /// One registered parameter. Registry-owned: frontends read `name` and `wire`, nothing else.
@@ -186,12 +254,14 @@ struct GradEntry {
   bool open_zeroed = false;    ///< `zeroed` before that pre-hook
   std::vector<int64_t> open_pending;  ///< `pending` before that pre-hook
   std::vector<int64_t> pending;       ///< owners that have not stepped on the reduced gradient
+  uint64_t ready_stamp = 0;  ///< when it became ready since the last agreement (0: not yet)
   std::string owner_labels() const;
 };
 
 struct GradEntry::Group {
   std::string name;
   std::vector<std::shared_ptr<GradEntry>> members;
+  bool bucket = false;  ///< a bucket of views (submit_bucket), else a user group (grouped submit)
 };
 
 using EntryList = std::vector<std::shared_ptr<GradEntry>>;
@@ -248,6 +318,12 @@ class GradRegistry {
   void set_backward_passes_per_step(const EntryList& entries, int passes);
   /// Reductions submitted per wire name since the registry was made (tests count them).
   std::map<std::string, int64_t> submissions() const;
+  /// The bucket names of `entries` (bucket views), in the order of `entries`: "" where an entry
+  /// is not in a bucket (tests, tracing).
+  std::vector<std::string> bucket_names(const EntryList& entries) const;
+  /// Layouts an owner rebuilds because the observed order changed (beyond the first layout and
+  /// those forced by a change of its eligible entries).
+  static constexpr int kMaxOrderRelayouts = 3;
   size_t bucket_bytes() const { return bucket_bytes_; }
   void set_bucket_bytes(size_t b) { bucket_bytes_ = b; }
 
@@ -283,8 +359,20 @@ class GradRegistry {
   bool group_ready(const GradEntry::Group& g) const;
   /// Exchanges the planned reduction counts (`target`, replaced by the maxima) and checks
   /// that every rank dropped as many (the lock stays held: the counts must not move).
-  Status agree(const EntryList& entries, std::vector<int64_t>& target);
+  /// `layout`: what this rank asks (wants_layout()), replaced by the maximum over the ranks.
+  Status agree(const EntryList& entries, std::vector<int64_t>& target, int64_t& layout);
   Waits in_flight(const EntryList& entries) const;
+  /// Bucket views: entry `e` of `owner` may be bucketed now (on this rank).
+  bool bucket_eligible(int64_t owner, const GradEntry& e) const;
+  /// Whether this rank asks for a new layout of `owner`'s `entries` at this agreement: 0 no,
+  /// kOrderChanged (a rank saw another order), kLayoutMissing (none yet, or the eligible entries
+  /// changed).
+  int64_t wants_layout(int64_t owner, const EntryList& entries) const;
+  static constexpr int64_t kOrderChanged = 1, kLayoutMissing = 2;
+  /// The layout exchange and the new buckets (after the step's reductions completed).
+  Status relayout(int64_t owner, const EntryList& entries);
+  /// Dissolves `g` (a bucket or a user group): members leave it.
+  void dissolve(const std::shared_ptr<GradEntry::Group>& g);
   void remove_locked(Lock& lk, int64_t owner, const EntryList& entries);
   void drain_deferred(Lock& lk);
   /// Waits for `waits` (lock released meanwhile, `lk` re-taken) and finishes them.
@@ -305,7 +393,15 @@ class GradRegistry {
   EntryList waiting_;  ///< ready while their name was busy: queued when it frees
   Status failed_;      ///< a reduction that failed while completed by a poll: synchronize() says
   std::map<std::string, int64_t> submissions_;
-  std::atomic<std::thread::id> holder_{};                ///< the thread holding mu_
+  struct Layout {
+    EntryList order;             ///< the bucketed entries, in layout order
+    std::vector<bool> eligible;  ///< bucket_eligible() of the owner's entries then
+    int order_relayouts = 0;
+  };
+  std::map<int64_t, Layout> layouts_;        ///< per owner (bucket views)
+  std::map<int32_t, uint64_t> layout_gens_;  ///< layouts built per process set (bucket names)
+  uint64_t ready_clock_ = 0;                 ///< ready_stamp source
+  std::atomic<std::thread::id> holder_{};    ///< the thread holding mu_
   std::vector<std::pair<int64_t, EntryList>> deferred_;  ///< removals asked for by holder_
   bool draining_ = false;
 };
