@@ -2,9 +2,9 @@
 """hvd.torch against torch.distributed (gloo) at np = 2, on the same models, data and seeds.
 
     mpirun -np 2 --bind-to none /usr/bin/python3 bench/python/python_bench.py \
-        [--cpp hvd_bench.txt] [--steps 30] [--iters 30] [--only train|allreduce]
+        [--cpp hvd_bench.txt] [--steps 30] [--iters 30] [--only train|allreduce|optpath]
         [--case 64x16Ki] [--repeat N] [--models cnn,mlp,resnet18] [--rounds N]
-        [--compression none|fp16]
+        [--compression none|fp16] [--bucket-view off|both]
 
 1. Training: samples/s of hvd.torch.DistributedOptimizer against DistributedDataParallel
    (gloo) and against no-comm (every rank trains the same model with the plain optimizer at
@@ -17,7 +17,9 @@
    above 2 also the median, min and max of each round's ratios), and the CPU time per step of a
    rank's process (all threads), which moves far less with the machine's load than the step
    time. --models picks some; --compression fp16 sends gradients as float16 (hvd's
-   Compression.fp16, DDP's fp16_compress_hook).
+   Compression.fp16, DDP's fp16_compress_hook); --bucket-view both also runs hvd.torch with
+   gradient_as_bucket_view=True ("hvd-bv") in every round (bucket_view_bench.sh runs that
+   against another tree's build, in alternating rounds).
 2. Allreduce (Sum, float32) of K tensors of S floats: hvd.torch's allreduce_async_ per tensor +
    synchronize, grouped_allreduce_, and gloo's K all_reduce(async_op=True) + wait; medians of
    the slowest rank, compared with the C++ API's figures from hvd_bench (--cpp: its output).
@@ -25,6 +27,9 @@
    times, one line each, with the calling thread's CPU time per allreduce_async_ and per
    synchronize (best of 20 bursts): for iterating on the binding's per-call cost, e.g. after
    `mpirun -np 2 --bind-to none build/bench/hvd_bench --case 64x16Ki`.
+3. --only optpath: DistributedOptimizer.synchronize() of 1,024 ready gradients of 1 KiB and of
+   64 of 16 KiB, gradient_as_bucket_view off and on, against one raw MPI_Allreduce of the same
+   bytes (mpi4py), alternating within each of --rounds rounds.
 """
 import argparse
 import os
@@ -75,6 +80,8 @@ def resnet18():
 MODELS = {"cnn": (SmallCNN, (1, 28, 28), BATCH), "mlp": (deep_mlp, (256,), BATCH),
           "resnet18": (resnet18, (3, 64, 64), 16)}
 IMPLS = ("hvd", "ddp", "none")  # none: no-comm, the plain optimizer on every rank
+# --bucket-view both: hvd.torch also with gradient_as_bucket_view=True ("hvd-bv")
+IMPLS_BV = ("hvd", "hvd-bv", "ddp", "none")
 
 
 def slowest(ms):
@@ -83,7 +90,7 @@ def slowest(ms):
     return hvd.allreduce(t, op=hvd.Max, name="bench.slowest").item()
 
 
-def train_steps(kind, impl, steps, compression="none"):
+def train_steps(kind, impl, steps, compression="none", bucket_view=False):
     make, shape, batch = MODELS[kind]
     torch.manual_seed(0)
     model = make()
@@ -93,10 +100,11 @@ def train_steps(kind, impl, steps, compression="none"):
     if impl == "none":
         net = model
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    elif impl == "hvd":
+    elif impl in ("hvd", "hvd-bv"):
+        kw = {"gradient_as_bucket_view": impl == "hvd-bv"} if bucket_view else {}
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                        named_parameters=model.named_parameters(),
-                                       compression=getattr(hvd.Compression, compression))
+                                       compression=getattr(hvd.Compression, compression), **kw)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         net = model
     else:
@@ -123,54 +131,84 @@ def train_steps(kind, impl, steps, compression="none"):
     return times, cpu_ms
 
 
-def bench_train(steps, models, rounds, compression="none"):
+def bench_train(steps, models, rounds, compression="none", bucket_view=False):
+    impls = IMPLS_BV if bucket_view else IMPLS
     rows = []
     for kind in models:
-        res = {impl: [] for impl in IMPLS}
+        res = {impl: [] for impl in impls}
         # Per round: hvd's samples/s over DDP's and no-comm's of the same round (their median
         # step time over hvd's; the machine's speed drifts between rounds, neighbours see the same).
-        per_round = {"ddp": [], "none": []}
-        cpu = {impl: [] for impl in IMPLS}
+        per_round = {"ddp": [], "none": [], "bv": []}
+        cpu = {impl: [] for impl in impls}
+        cpu_round = {"hvd": [], "hvd-bv": []}  # no-comm's CPU per step over hvd's, per round
         for rnd in range(rounds):
             # Every other round in the reverse order: over an even number of rounds each
             # implementation runs at every position alike (the first of a round runs on a
             # process that has just built and freed another model's memory, the last does not).
-            order = IMPLS if rnd % 2 == 0 else IMPLS[::-1]
-            got = {impl: train_steps(kind, impl, steps, compression) for impl in order}
-            for impl in IMPLS:
+            order = impls if rnd % 2 == 0 else impls[::-1]
+            got = {impl: train_steps(kind, impl, steps, compression, bucket_view)
+                   for impl in order}
+            for impl in impls:
                 res[impl] += got[impl][0]
                 cpu[impl].append(got[impl][1])
-            for other in per_round:
+            for other in ("ddp", "none"):
                 per_round[other].append(statistics.median(got[other][0]) /
                                         statistics.median(got["hvd"][0]))
+            for h in cpu_round:
+                if h in got:
+                    cpu_round[h].append(got["none"][1] / got[h][1])
+            if bucket_view:
+                per_round["bv"].append(statistics.median(got["none"][0]) /
+                                       statistics.median(got["hvd-bv"][0]))
         n = hvd.size() * MODELS[kind][2]
-        sps = {impl: n / statistics.median(res[impl]) * 1e3 for impl in IMPLS}
-        rows.append((kind, sps, per_round, {i: statistics.median(c) for i, c in cpu.items()}))
+        sps = {impl: n / statistics.median(res[impl]) * 1e3 for impl in impls}
+        rows.append((kind, sps, per_round, {i: statistics.median(c) for i, c in cpu.items()},
+                     cpu_round))
     if hvd.rank() == 0:
         print(f"training: samples/s, np={hvd.size()}, 1 thread/rank, median step of the slowest "
               "rank; no-comm: the plain optimizer on every rank, no communication")
-        print(f"{'model':<9} {'params':>9} {'tensors':>8} {'batch':>6} {'hvd.torch':>10} "
+        bv_head = f" {'hvd-bv':>10}" if bucket_view else ""
+        print(f"{'model':<9} {'params':>9} {'tensors':>8} {'batch':>6} {'hvd.torch':>10}{bv_head} "
               f"{'DDP gloo':>10} {'no-comm':>10} {'hvd/DDP':>8} {'hvd/no-comm':>12}")
-        for kind, sps, _, _ in rows:
+        for kind, sps, _, _, _ in rows:
             m = MODELS[kind][0]()
             params = sum(p.numel() for p in m.parameters())
             tensors = len(list(m.parameters()))
             h, d, z = sps["hvd"], sps["ddp"], sps["none"]
-            print(f"{kind:<9} {params:>9} {tensors:>8} {MODELS[kind][2]:>6} {h:>10.1f} "
+            bv = f" {sps['hvd-bv']:>10.1f}" if bucket_view else ""
+            print(f"{kind:<9} {params:>9} {tensors:>8} {MODELS[kind][2]:>6} {h:>10.1f}{bv} "
                   f"{d:>10.1f} {z:>10.1f} {h / d:>7.2f}x {h / z:>11.3f}")
         if rounds > 2:
-            print(f"per round ({rounds} rounds of hvd, DDP, no-comm): median [min, max] of the "
+            print(f"per round ({rounds} rounds of {', '.join(impls)}): median [min, max] of the "
                   "round's ratio")
-            for kind, _, per_round, _ in rows:
+            for kind, _, per_round, _, _ in rows:
                 ddp, none = sorted(per_round["ddp"]), sorted(per_round["none"])
-                print(f"{kind:<9} hvd/DDP {statistics.median(ddp):.2f}x [{ddp[0]:.2f}, "
-                      f"{ddp[-1]:.2f}]  hvd/no-comm {statistics.median(none):.3f} "
-                      f"[{none[0]:.3f}, {none[-1]:.3f}]")
+                line = (f"{kind:<9} hvd/DDP {statistics.median(ddp):.2f}x [{ddp[0]:.2f}, "
+                        f"{ddp[-1]:.2f}]  hvd/no-comm {statistics.median(none):.3f} "
+                        f"[{none[0]:.3f}, {none[-1]:.3f}]")
+                if bucket_view:
+                    bv = sorted(per_round["bv"])
+                    line += (f"  hvd-bv/no-comm {statistics.median(bv):.3f} [{bv[0]:.3f}, "
+                             f"{bv[-1]:.3f}]")
+                print(line)
         print("CPU time per step (ms, a rank's process, all its threads; median of the rounds): "
               "what each costs the machine")
-        for kind, _, _, c in rows:
-            print(f"{kind:<9} hvd {c['hvd']:.1f}  DDP {c['ddp']:.1f}  no-comm {c['none']:.1f}  "
-                  f"no-comm/hvd {c['none'] / c['hvd']:.3f}  DDP/hvd {c['ddp'] / c['hvd']:.2f}x")
+        for kind, _, _, c, cr in rows:
+            line = (f"{kind:<9} hvd {c['hvd']:.1f}  DDP {c['ddp']:.1f}  no-comm {c['none']:.1f}  "
+                    f"no-comm/hvd {c['none'] / c['hvd']:.3f}  DDP/hvd {c['ddp'] / c['hvd']:.2f}x")
+            if bucket_view:
+                line += f"  hvd-bv {c['hvd-bv']:.1f}  no-comm/hvd-bv {c['none'] / c['hvd-bv']:.3f}"
+            print(line)
+        if rounds > 2:
+            print("CPU no-comm / hvd per round: median [min, max]")
+            for kind, _, _, _, cr in rows:
+                parts = []
+                for h, xs in cr.items():
+                    if xs:
+                        xs = sorted(xs)
+                        parts.append(f"{h} {statistics.median(xs):.3f} [{xs[0]:.3f}, "
+                                     f"{xs[-1]:.3f}]")
+                print(f"{kind:<9} " + "  ".join(parts))
         print()
 
 
@@ -283,6 +321,64 @@ def bench_case(label, iters, repeat):
                   f"synchronize {syn:5.2f}", flush=True)
 
 
+# The optimizer path (--only optpath): K gradients of S float32 values each.
+OPT_CASES = [(1024, 256, "1024x1KiB"), (64, 4096, "64x16KiB")]
+
+
+def bench_optpath(iters, rounds):
+    """DistributedOptimizer.synchronize() of K ready gradients (one optimizer, SGD with lr 0,
+    the step's bookkeeping without the update), gradient_as_bucket_view off and on, against
+    one raw MPI_Allreduce (mpi4py, in place) of the same bytes; the three alternate within each
+    of `rounds` rounds. Median of the slowest rank per round; prints each round's ratios."""
+    import numpy as np
+    from mpi4py import MPI
+    from hvd import _core
+    comm = MPI.COMM_WORLD
+    for k, s, label in OPT_CASES:
+        raw_buf = np.ones(k * s, dtype=np.float32)
+        opts = {}
+        for bv in (False, True):
+            params = [nn.Parameter(torch.ones(s)) for _ in range(k)]
+            opt = hvd.DistributedOptimizer(
+                torch.optim.SGD(params, lr=0.0),
+                named_parameters=[(f"optpath.{label}.{int(bv)}.{j}", p)
+                                  for j, p in enumerate(params)],
+                gradient_as_bucket_view=bv)
+            # One real step: the hooks run and, with bucket views, the layout is learned.
+            sum(p.sum() for p in params).backward()
+            opt.step()
+
+            def sync(opt=opt):
+                opt.synchronize()
+                _core.registry_consume(opt._hvd_owner, opt._hvd_entries)
+            opts[bv] = (sync, params)
+        rows = {"raw": [], "off": [], "on": []}
+        for _ in range(rounds):
+            rows["raw"].append(median_slowest(iters, lambda: comm.Allreduce(MPI.IN_PLACE,
+                                                                            raw_buf)))
+            rows["off"].append(median_slowest(iters, opts[False][0]))
+            rows["on"].append(median_slowest(iters, opts[True][0]))
+        if hvd.rank() == 0:
+            views = sum(1 for p in opts[True][1]
+                        if p.grad is not None and p.grad._base is not None)
+            print(f"optimizer path {label} ({k} gradients, {k * s * 4 >> 10} KiB), np="
+                  f"{hvd.size()}, {iters} iterations x {rounds} rounds, ms (median of the "
+                  f"slowest rank); {views}/{k} gradients are views with the option on")
+            for r in range(rounds):
+                raw = rows["raw"][r]
+                print(f"  round {r + 1}: raw {raw:.3f}  off {rows['off'][r]:.3f} "
+                      f"({rows['off'][r] / raw:.2f}x)  on {rows['on'][r]:.3f} "
+                      f"({rows['on'][r] / raw:.2f}x)")
+            med = {n: statistics.median(v) for n, v in rows.items()}
+            ratio_off = sorted(o / r for o, r in zip(rows["off"], rows["raw"]))
+            ratio_on = sorted(o / r for o, r in zip(rows["on"], rows["raw"]))
+            print(f"  median: raw {med['raw']:.3f}  off {med['off']:.3f}  on {med['on']:.3f}; "
+                  f"per-round x raw: off {statistics.median(ratio_off):.2f} "
+                  f"[{ratio_off[0]:.2f}, {ratio_off[-1]:.2f}]  on "
+                  f"{statistics.median(ratio_on):.2f} [{ratio_on[0]:.2f}, {ratio_on[-1]:.2f}]",
+                  flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpp", default="")
@@ -291,12 +387,15 @@ def main():
                     help="training: rounds of (hvd, DDP, no-comm), every other one in the "
                     "reverse order; above 2 also prints the spread of the per-round ratios")
     ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--only", choices=["train", "allreduce"], default=None)
+    ap.add_argument("--only", choices=["train", "allreduce", "optpath"], default=None)
     ap.add_argument("--case", choices=[c[2] for c in CASES], default=None)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--compression", choices=["none", "fp16"], default="none",
                     help="training: gradients sent as they are or as float16 (hvd's "
                     "Compression.fp16, DDP's fp16_compress_hook)")
+    ap.add_argument("--bucket-view", choices=["off", "both"], default="off",
+                    help="training: both also runs hvd.torch with gradient_as_bucket_view=True "
+                    "(hvd-bv) in every round")
     ap.add_argument("--models", default=",".join(MODELS),
                     help="comma-separated training models: " + ", ".join(MODELS))
     a = ap.parse_args()
@@ -317,9 +416,11 @@ def main():
         bench_case(a.case, a.iters, a.repeat)
     else:
         if a.only in (None, "train"):
-            bench_train(a.steps, models, a.rounds, a.compression)
+            bench_train(a.steps, models, a.rounds, a.compression, a.bucket_view == "both")
         if a.only in (None, "allreduce"):
             bench_allreduce(a.iters, read_cpp(a.cpp))
+        if a.only == "optpath":
+            bench_optpath(a.iters, max(a.rounds, 1))
     dist.destroy_process_group()
     hvd.shutdown()
 

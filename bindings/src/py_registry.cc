@@ -58,6 +58,16 @@ class PyGradParam : public GradParam {
       return false;
     }
   }
+  std::string bucket_kind() const override {
+    try {
+      return slot_.attr("bucket_kind")().cast<std::string>();
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable("bucket_kind");
+      return {};
+    }
+  }
+  void reattach() override { call("reattach"); }
+  void leave_bucket() override { call("leave_bucket"); }
   const pyb::object& slot() const { return slot_; }
 
  private:
@@ -116,9 +126,27 @@ class PyFrontend : public optim::GradFrontend {
                                                 const std::string& name, bool grouped,
                                                 const optim::ReduceSettings&, bool zeros) override {
     try {
-      pyb::list slots;
-      for (GradParam* p : params) slots.append(static_cast<PyGradParam*>(p)->slot());
-      pyb::object h = py_submit(slots, name, grouped, zeros);
+      pyb::object h = py_submit(slots_of(params), name, grouped, zeros);
+      return std::shared_ptr<GradReduction>(std::make_shared<PyReduction>(h, py_wait));
+    } catch (pyb::error_already_set& e) {
+      return internal_error(e.what());
+    }
+  }
+  Status make_bucket(const std::vector<GradParam*>& members, const std::string& name,
+                     const optim::ReduceSettings&) override {
+    try {
+      py_make_bucket(slots_of(members), name);
+      return Status();
+    } catch (pyb::error_already_set& e) {
+      return internal_error(e.what());
+    }
+  }
+  Result<std::shared_ptr<GradReduction>> submit_bucket(const std::vector<GradParam*>& members,
+                                                       const std::string& name,
+                                                       const optim::ReduceSettings&,
+                                                       bool zeros) override {
+    try {
+      pyb::object h = py_submit_bucket(slots_of(members), name, zeros);
       return std::shared_ptr<GradReduction>(std::make_shared<PyReduction>(h, py_wait));
     } catch (pyb::error_already_set& e) {
       return internal_error(e.what());
@@ -154,7 +182,15 @@ class PyFrontend : public optim::GradFrontend {
       return false;
     }
   }
-  pyb::object py_submit, py_wait, py_defer;  ///< set once by hvd.torch._grad_registry
+  /// Set once by hvd.torch._grad_registry.
+  pyb::object py_submit, py_wait, py_defer, py_make_bucket, py_submit_bucket;
+
+ private:
+  static pyb::list slots_of(const std::vector<GradParam*>& params) {
+    pyb::list slots;
+    for (GradParam* p : params) slots.append(static_cast<PyGradParam*>(p)->slot());
+    return slots;
+  }
 };
 
 PyFrontend& frontend() {
@@ -196,6 +232,8 @@ optim::ReduceSettings settings_from(const pyb::tuple& t) {
   s.predivide = t[3].cast<double>();
   s.process_set = t[4].cast<int32_t>();
   s.sparse_as_dense = t[5].cast<bool>();
+  s.bucket_view = t[6].cast<bool>();
+  if (!t[7].is_none()) s.bucket_view_bytes = t[7].cast<size_t>();
   return s;
 }
 
@@ -231,14 +269,17 @@ void bind_registry(pybind11::module_& m) {
         return out;
       });
 
-  m.def("registry_set_frontend", [](pyb::object submit, pyb::object wait, pyb::object defer) {
+  m.def("registry_set_frontend", [](pyb::object submit, pyb::object wait, pyb::object defer,
+                                    pyb::object make_bucket, pyb::object submit_bucket) {
     frontend().py_submit = std::move(submit);
     frontend().py_wait = std::move(wait);
     frontend().py_defer = std::move(defer);
+    frontend().py_make_bucket = std::move(make_bucket);
+    frontend().py_submit_bucket = std::move(submit_bucket);
   });
   // specs: [(name or None, key, slot, nbytes, description, remembered wire name or None)];
-  // settings: (op, compression name,
-  // backward_passes_per_step, predivide, process set id, sparse_as_dense).
+  // settings: (op, compression name, backward_passes_per_step, predivide, process set id,
+  // sparse_as_dense, gradient_as_bucket_view, bucket bytes or None for the registry's default).
   m.def("registry_add",
         [](int64_t owner, const std::string& label, const pyb::list& specs,
            const pyb::tuple& settings, const std::vector<std::vector<size_t>>& groups) {

@@ -28,12 +28,15 @@ from hvd.common.basics import Average, _set_id
 from hvd.torch import mpi_ops
 
 _SPARSE = object()  # ctx marker: the slot was reduced with sparse_allreduce_async
+# _Slot.attached: what .grad was before a pre-hook made it the bucket's view
+_WAS_NONE, _WAS_VALUE, _STASHED = object(), object(), object()
 
 
 class _Slot:
     """One registered parameter (see the module docstring)."""
     __slots__ = ("param", "settings", "sparse", "sparse_only", "acc", "hooks", "base", "wired",
-                 "wired_version", "wire", "ctx", "taken", "__weakref__")
+                 "wired_version", "wire", "ctx", "taken", "bucket", "view", "attached",
+                 "inflight", "__weakref__")
 
     def __init__(self, param, settings, sparse):
         self.param, self.settings = param, settings
@@ -42,6 +45,10 @@ class _Slot:
         self.acc, self.hooks = None, []
         self.base = self.wired = self.wire = self.ctx = self.taken = None
         self.wired_version = 0
+        # Bucket views: the _Bucket, this parameter's view into its flat buffer, and what .grad
+        # was before a pre-hook made it the view (None: nothing attached since the last pass).
+        self.bucket = self.view = self.attached = None
+        self.inflight = None  # the _Bucket whose reduction in flight holds this gradient
 
     def attach(self, ref):
         p = self.param
@@ -66,12 +73,23 @@ class _Slot:
         self.hooks, self.acc = [], None
 
     def stash(self):
-        if self.param.grad is not None:
-            self.base = self.param.grad
-            self.param.grad = None
+        g = self.param.grad
+        self.attached = None
+        if g is None:
+            return
+        if self.view is not None and g is self.view:
+            # The view stays .grad (the pass accumulates into it): its value is set aside.
+            with torch.no_grad():
+                self.base = g.clone()
+                g.zero_()
+            self.attached = _STASHED
+            return
+        self.base = g
+        self.param.grad = None
 
     def drop_stash(self):
         self.base = None
+        self.attached = None
 
     def release(self):
         """A pass begins while .grad is being reduced: the reduction keeps it, .grad empties."""
@@ -80,8 +98,22 @@ class _Slot:
 
     def restore(self, released):
         """The pass of the last stash()/release() accumulated nothing: .grad as it was."""
-        if self.param.grad is None:
-            self.param.grad = self.taken if released else self.base
+        p, attached = self.param, self.attached
+        self.attached = None
+        if attached is not None and not released and self.view is not None and \
+                p.grad is self.view:
+            # reattach() (or a stash of the view) made .grad the view for the pass: put back
+            # what .grad held before.
+            if self.base is not None:
+                with torch.no_grad():
+                    self.view.copy_(self.base)
+                self.base = None
+            elif attached is _WAS_NONE:
+                p.grad = None
+            self.taken = None
+            return
+        if p.grad is None:
+            p.grad = self.taken if released else self.base
             if not released:
                 self.base = None
         self.taken = None
@@ -90,7 +122,42 @@ class _Slot:
         """.grad is still the gradient the reduction in flight started from."""
         g = self.param.grad
         return g is not None and g is self.wired and \
-            (self.ctx is _SPARSE or g._version == self.wired_version)
+            (self.ctx is _SPARSE or g._version == self._wired_version())
+
+    def _wired_version(self):
+        # A bucket's views share one version counter: finish() of a mate writes into the flat
+        # buffer too (decompression, a set-aside value), so the bucket keeps the count expected.
+        return self.inflight.version if self.inflight is not None else self.wired_version
+
+    # ---- bucket views ----------------------------------------------------------------------
+
+    def bucket_kind(self):
+        """The flat buffer this gradient can live in ("float32/cpu"), or "" (never bucketed:
+        sparse gradients, tensors that are not strided)."""
+        p = self.param
+        if self.sparse or self.sparse_only or p.layout != torch.strided or \
+                (p.grad is not None and p.grad.layout != torch.strided):
+            return ""
+        return f"{str(p.dtype).replace('torch.', '')}/{p.device.type}"
+
+    def reattach(self):
+        """.grad becomes the view again (holding .grad's value, zeros when empty), unless the
+        bucket is being reduced."""
+        b, p = self.bucket, self.param
+        if b is None or b.pending or p.grad is self.view:
+            return
+        g = p.grad
+        with torch.no_grad():
+            if g is None:
+                self.view.zero_()
+            else:
+                self.view.copy_(g)
+        p.grad = self.view
+        if self.attached is None:
+            self.attached = _WAS_NONE if g is None else _WAS_VALUE
+
+    def leave_bucket(self):
+        self.bucket = self.view = self.attached = None
 
     def settle(self):
         """Results set aside (reductions of earlier passes, zeros) join .grad."""
@@ -111,6 +178,9 @@ class _Slot:
     def _value(self, result, index):
         if self.ctx is _SPARSE:
             return result
+        if self.inflight is not None:
+            # A bucket's reduction: this member's slice of the flat buffer, reduced in place.
+            return self.settings.compression.decompress(self.wire, self.ctx)
         val = result if index is None or not isinstance(result, (list, tuple)) else result[index]
         return self.settings.compression.decompress(val, self.ctx)
 
@@ -118,14 +188,17 @@ class _Slot:
         """Reduction over. use 0: .grad becomes result + base (unless the user replaced or
         changed .grad meanwhile); 1: the result joins base (.grad is a later pass's); 2:
         dropped (the gradient was zeroed after it started)."""
+        bucket = self.inflight
         if use:
             try:
                 if ok and use == 1:
                     with torch.no_grad():
                         val = self._value(result, index)
+                        if bucket is not None and val is self.wire:
+                            val = val.clone()  # a slice of the flat buffer, which is reused
                         self.base = val if self.base is None else self.base + val
             finally:
-                self.wired = self.wire = self.ctx = self.taken = None
+                self._done(bucket)
             return
         p, g = self.param, self.param.grad
         try:
@@ -136,12 +209,15 @@ class _Slot:
                     p.grad = result if self.base is None else result + self.base
                 return
             with torch.no_grad():
-                if g is self.wired and g._version == self.wired_version:
+                if g is self.wired and g._version == self._wired_version():
+                    before = g._version
                     val = self._value(result, index)
                     if val is not g:
                         g.copy_(val)
                     if self.base is not None:
                         g.add_(self.base)
+                    if bucket is not None:
+                        bucket.version += g._version - before  # this member's own writes
                 elif g is self.wired and self.wire is g:
                     g.zero_()  # zeroed in place while the reduction wrote into it: keep the zeros
                 if self.sparse_only and g is self.wired:
@@ -149,7 +225,15 @@ class _Slot:
                     # as nn.Embedding's (sparse in the first dimension) for SparseAdam.
                     p.grad = g.to_sparse(min(1, g.dim()))
         finally:
-            self.base = self.wired = self.wire = self.ctx = self.taken = None
+            self.base = None
+            self._done(bucket)
+
+    def _done(self, bucket):
+        self.wired = self.wire = self.ctx = self.taken = self.inflight = None
+        if bucket is not None:
+            bucket.pending -= 1
+            if not bucket.pending:
+                bucket.wire = None
 
     def prepare(self, densify, zeros=False):
         """The tensor to reduce: .grad (zeros when None), densified or compressed; zeros shaped
@@ -199,6 +283,88 @@ def _submit(slots, name, grouped, zeros=False):
                                     postscale_factor=post, process_set=s.process_set)
 
 
+class _Bucket:
+    """The flat buffer of a bucket of views (gradient_as_bucket_view): one tensor per bucket,
+    each member's .grad a view of its slice, in the order backward produces them."""
+    __slots__ = ("flat", "name", "pending", "version", "wire", "__weakref__")
+
+    def __init__(self, flat, name):
+        self.flat, self.name = flat, name
+        self.pending = 0  # members whose reduction in flight reads or writes the buffer
+        self.version = 0  # the views' version counter once the reduction's writes are expected
+        self.wire = None  # the tensor on the wire (the buffer, or its 16-bit copy)
+
+
+def _make_bucket(slots, name):
+    """One flat buffer for `slots` (one dtype and device), each slot's .grad (zeros where
+    there is none) copied into its slice and .grad made that slice."""
+    p0 = slots[0].param
+    flat = torch.empty(sum(sl.param.numel() for sl in slots), dtype=p0.dtype, device=p0.device)
+    bucket = _Bucket(flat, name)
+    off = 0
+    with torch.no_grad():
+        for sl in slots:
+            p, n = sl.param, sl.param.numel()
+            view = flat[off:off + n].view_as(p)
+            off += n
+            if p.grad is None:
+                view.zero_()
+            else:
+                view.copy_(p.grad.to_dense() if p.grad.is_sparse else p.grad)
+            p.grad = view
+            sl.bucket, sl.view, sl.attached = bucket, view, None
+
+
+class _ZeroFlight:
+    """The reduction of a bucket's zeros (a rank that did not reach it): no buffer of a slot."""
+    __slots__ = ("pending", "version", "wire")
+
+    def __init__(self, n):
+        self.pending, self.version, self.wire = n, 0, None
+
+
+def _submit_bucket(slots, name, zeros=False):
+    """One allreduce of the bucket's flat buffer in place (cast to 16 bits first under
+    compression), after each member's .grad is in its view; `zeros`: of a zero buffer shaped
+    as it, .grad untouched."""
+    s, bucket = slots[0].settings, slots[0].bucket
+    pre, post = (1.0 / s.predivide, s.predivide) if s.op == Average else (1.0, 1.0)
+    with torch.no_grad():
+        if zeros:
+            flight = _ZeroFlight(len(slots))
+            wire, ctx = s.compression.compress(torch.zeros_like(bucket.flat))
+        else:
+            flight = bucket
+            for sl in slots:
+                sl.reattach()
+                sl.attached = None
+            wire, ctx = s.compression.compress(bucket.flat)
+            bucket.wire = wire
+        off = 0
+        for sl in slots:
+            n = sl.param.numel()
+            sl.inflight, sl.ctx = flight, ctx
+            sl.wire = sl.view if wire is bucket.flat and not zeros else \
+                wire[off:off + n].view_as(sl.param)
+            sl.wired = None if zeros else sl.param.grad
+            off += n
+        flight.pending = len(slots)
+        flight.version = bucket.flat._version
+    return mpi_ops.allreduce_async_(wire, name=name, op=s.op, prescale_factor=pre,
+                                    postscale_factor=post, process_set=s.process_set)
+
+
+def bucket_buffer(param):
+    """The flat buffer whose view `param`.grad is meant to be, or None (not bucketed)."""
+    for key in [k for k, (ref, _) in _slots.items() if ref() is None]:
+        del _slots[key]
+    ref, _ = _slots.get(id(param), (None, None))
+    sl = ref() if ref is not None else None
+    if sl is None or sl.param is not param or sl.bucket is None:
+        return None
+    return sl.bucket.flat
+
+
 def _wait(handle):
     return mpi_ops.synchronize(handle)
 
@@ -230,7 +396,7 @@ def _defer():
     return True
 
 
-_core.registry_set_frontend(_submit, _wait, _defer)
+_core.registry_set_frontend(_submit, _wait, _defer, _make_bucket, _submit_bucket)
 
 
 def compression_key(compression):
@@ -243,6 +409,8 @@ def compression_key(compression):
 # registered, so that registering it again after its optimizer is gone keeps that name (on a rank
 # where the old optimizer is still alive, the parameter shares the old entry and its name).
 _wires = {}
+# id(param) -> (weak reference to its registered _Slot, None)
+_slots = {}
 
 
 def add(owner, label, specs, settings, groups, sparse=False):
@@ -261,12 +429,15 @@ def add(owner, label, specs, settings, groups, sparse=False):
     if any(_remembered_wire(p) is not None for _, p in specs):
         gc.collect()
     wire = (settings.op, compression_key(settings.compression), settings.bpps, settings.predivide,
-            _set_id(settings.process_set),
-            settings.sparse_as_dense)
-    items = [(name, id(p), _Slot(p, settings, sparse), p.numel() * p.element_size(),
+            _set_id(settings.process_set), settings.sparse_as_dense, settings.bucket_view,
+            None if settings.bucket_cap_mb is None else int(settings.bucket_cap_mb * (1 << 20)))
+    slots = [_Slot(p, settings, sparse) for _, p in specs]
+    items = [(name, id(p), sl, p.numel() * p.element_size(),
               f"{p.dtype}{list(p.shape)} at {hex(id(p))}", _remembered_wire(p))
-             for name, p in specs]
+             for (name, p), sl in zip(specs, slots)]
     entries = _core.registry_add(owner, label, items, wire, groups)
+    for (_, p), sl in zip(specs, entries.slots):
+        _slots[id(p)] = (weakref.ref(sl), None)
     for (_, p), w in zip(specs, entries.wires):
         _wires[id(p)] = (weakref.ref(p), w)
     return entries

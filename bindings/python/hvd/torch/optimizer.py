@@ -38,12 +38,15 @@ from hvd.torch.compression import Compression
 
 _owner_ids = itertools.count()
 
-#: How a parameter is reduced; optimizers sharing a parameter must agree.
+#: How a parameter is reduced; optimizers sharing a parameter must agree (bucket_view and
+#: bucket_cap_mb excepted: a parameter held by several optimizers is never bucketed).
 Settings = collections.namedtuple(
-    "Settings", "op compression bpps predivide process_set sparse_as_dense")
+    "Settings", "op compression bpps predivide process_set sparse_as_dense bucket_view "
+    "bucket_cap_mb")
 
 
-def _check_settings(compression, bpps, op, predivide, sparse_as_dense, process_set):
+def _check_settings(compression, bpps, op, predivide, sparse_as_dense, process_set,
+                    bucket_view=False, bucket_cap_mb=None):
     op = basics.check_op(op)  # Adasum: NotImplementedError
     if op not in (Average, Sum):
         raise ValueError("DistributedOptimizer: op must be hvd.Average or hvd.Sum")
@@ -60,8 +63,12 @@ def _check_settings(compression, bpps, op, predivide, sparse_as_dense, process_s
         raise ValueError("DistributedOptimizer: compression must be a Compressor such as "
                          "hvd.Compression.none or hvd.Compression.fp16")
     basics._set_id(process_set)  # TypeError / ValueError for an unusable process set
+    if bucket_cap_mb is not None and not (isinstance(bucket_cap_mb, (int, float)) and
+                                          bucket_cap_mb > 0):
+        raise ValueError(f"DistributedOptimizer: bucket_cap_mb must be a number > 0 (MiB), got "
+                         f"{bucket_cap_mb!r}")
     return Settings(op, compression, int(bpps), float(predivide), process_set,
-                    bool(sparse_as_dense))
+                    bool(sparse_as_dense), bool(bucket_view), bucket_cap_mb)
 
 
 def _names_by_id(named_parameters):
@@ -272,7 +279,7 @@ class _DistributedOptimizer:
     def set_backward_passes_per_step(self, passes):
         """Changes backward_passes_per_step; passes counted so far restart from zero."""
         _check_settings(self._compression, passes, self.op, self.gradient_predivide_factor,
-                        self.sparse_as_dense, self.process_set)
+                        self.sparse_as_dense, self.process_set)  # raises for invalid passes
         self.backward_passes_per_step = int(passes)
         self._hvd_settings = self._hvd_settings._replace(bpps=int(passes))
         if not self._hvd_local:
@@ -301,7 +308,8 @@ def process_set_excludes_me(process_set):
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set):
+                         process_set=global_process_set, gradient_as_bucket_view=False,
+                         bucket_cap_mb=None):
     """Wraps `optimizer` so that step() applies gradients averaged (op=Average) or summed
     (op=Sum) over the ranks of `process_set`.
 
@@ -320,13 +328,20 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     they are allgathered); an optimizer that takes sparse gradients only (SparseAdam) gets them
     sparse again after the reduction (rows of zeros left out), and ignores `groups` unless
     `sparse_as_dense` is set. On a rank outside `process_set` the optimizer communicates nothing
-    and steps on the local gradients (as Horovod). Raises ValueError for invalid options, for
-    two different tensors under one name in `named_parameters`, for a parameter missing from a given `named_parameters`, and for a
-    parameter shared with another DistributedOptimizer that reduces it differently;
-    NotImplementedError for op=hvd.Adasum.
+    and steps on the local gradients (as Horovod). `gradient_as_bucket_view` (DDP's name; not
+    in Horovod): each gradient is kept as a view into a flat buffer per bucket (parameters of one
+    dtype and device, in the order backward produces their gradients, learned on the first step
+    and rebuilt when it changes; a bucket closes at `bucket_cap_mb` MiB, default 4), so that a
+    bucket is reduced by one allreduce in place, without copies into a fusion buffer and back;
+    parameters held by several DistributedOptimizers, in `groups`, or with sparse gradients are
+    reduced one by one as without it (see docs/python.md). Raises ValueError for invalid
+    options, for two different tensors under one name in `named_parameters`, for a parameter
+    missing from a given `named_parameters`, and for a parameter shared with another
+    DistributedOptimizer that reduces it differently; NotImplementedError for op=hvd.Adasum.
     """
     settings = _check_settings(compression, backward_passes_per_step, op,
-                               gradient_predivide_factor, sparse_as_dense, process_set)
+                               gradient_predivide_factor, sparse_as_dense, process_set,
+                               gradient_as_bucket_view, bucket_cap_mb)
     base = type(optimizer)
     namespace = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                  if k not in ("__dict__", "__weakref__")}
