@@ -11,6 +11,7 @@ PKGS=(
   catch2 libboost-dev libcli11-dev libfmt-dev nlohmann-json3-dev libssl-dev
   openssh-client openssh-server iproute2 procps psmisc util-linux
   clang-format clang-tidy
+  valgrind
   clang libclang-rt-dev
   libtorch-dev
   python3 python3-dev python3-torch python3-torchvision python3-pytest python3-numpy python3-mpi4py pybind11-dev
