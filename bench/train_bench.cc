@@ -13,6 +13,17 @@
 // no-communication samples/s with the same threads per rank and batch). At np > 1 the run also
 // times rank 0 training alone (the others blocked in a sleeping barrier) between the windows,
 // an np=1 figure taken under the same machine load, and prints the efficiency against it too.
+//
+// --bucket-view adds a third model trained by a DistributedOptimizer with
+// gradient_as_bucket_view, its windows interleaved with the other two.
+//
+// --reduction K S (no models): K float32 parameters of S bytes, each step a backward whose only
+// work is their K gradients, then step(); windows alternate the optimizer without and with
+// gradient_as_bucket_view, the same steps without communication, and one raw in-place
+// MPI_Allreduce (Sum) of the K x S bytes. "Reduction" = hvd's step time minus the no-comm one.
+//
+//   mpirun -np 2 --bind-to none build/bench/hvd_train_bench --reduction 1024 1024
+#include <mpi.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -23,6 +34,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -106,6 +118,8 @@ struct Result {
   std::string model;
   int64_t params = 0;
   double hvd = 0, plain = 0;                  // samples/s, summed over ranks
+  double view = 0;                            // --bucket-view: samples/s, summed over ranks
+  double compute_view = 0, step_view = 0;     // ms per step (median, rank 0)
   double solo = 0;                            // np > 1: rank 0 alone (no comm), samples/s
   double compute_hvd = 0, compute_plain = 0;  // ms per step (median, rank 0)
   double step_hvd = 0, step_plain = 0;
@@ -119,6 +133,8 @@ struct Args {
   int warmup = 5;
   std::string baseline_file, only;
   bool write_baseline = false;
+  bool bucket_view = false;
+  int64_t reduction_k = 0, reduction_bytes = 0;
 };
 
 Result bench_model(const Spec& spec, const Args& a) {
@@ -135,6 +151,19 @@ Result bench_model(const Spec& spec, const Args& a) {
   torch::optim::SGD sgd_hvd(m_hvd->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   torch::optim::SGD sgd_plain(m_plain->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   hvd::DistributedOptimizer opt(sgd_hvd, hvd::prefixed(spec.name + ".", m_hvd->named_parameters()));
+  nn::Sequential m_view = spec.make();
+  {
+    torch::NoGradGuard ng;
+    auto src = m_hvd->parameters(), dst = m_view->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  torch::optim::SGD sgd_view(m_view->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  std::unique_ptr<hvd::DistributedOptimizer> view;
+  if (a.bucket_view) {
+    view = std::make_unique<hvd::DistributedOptimizer>(
+        sgd_view, hvd::prefixed(spec.name + ".view.", m_view->named_parameters()),
+        hvd::DistributedOptimizerOptions().gradient_as_bucket_view(true));
+  }
 
   torch::manual_seed(100 + hvd::rank());
   torch::Tensor x = torch::randn({a.batch, 1, 28, 28});
@@ -143,15 +172,19 @@ Result bench_model(const Spec& spec, const Args& a) {
   auto hvd_step = [&] { opt.step(); };
   auto plain_zero = [&] { sgd_plain.zero_grad(); };
   auto plain_step = [&] { sgd_plain.step(); };
+  auto view_zero = [&] { view->zero_grad(); };
+  auto view_step = [&] { view->step(); };
 
   // Warm up both, and size a window from the slower (hvd) step time, decided on rank 0.
   run_steps(m_plain, plain_zero, plain_step, x, y, a.warmup);
+  if (view) run_steps(m_view, view_zero, view_step, x, y, a.warmup);
   Window cal = run_steps(m_hvd, hvd_zero, hvd_step, x, y, a.warmup);
   int64_t steps =
       std::max<int64_t>(3, static_cast<int64_t>(a.window_s / std::max(1e-6, cal.total / a.warmup)));
   steps = hvd::broadcast_object<int64_t>(steps, 0, spec.name + ".steps");
 
-  std::vector<double> r_hvd, r_plain, r_solo, c_hvd, c_plain, s_hvd, s_plain;
+  std::vector<double> r_hvd, r_plain, r_solo, c_hvd, c_plain, s_hvd, s_plain, r_view, c_view,
+      s_view;
   for (int w = 0; w < a.windows; ++w) {
     hvd::barrier();
     Window h = run_steps(m_hvd, hvd_zero, hvd_step, x, y, steps);
@@ -164,6 +197,13 @@ Result bench_model(const Spec& spec, const Args& a) {
     c_plain.push_back(p.compute * 1e3);
     s_hvd.push_back(h.step * 1e3);
     s_plain.push_back(p.step * 1e3);
+    if (view) {
+      hvd::barrier();
+      Window v = run_steps(m_view, view_zero, view_step, x, y, steps);
+      r_view.push_back(samples / v.total);
+      c_view.push_back(v.compute * 1e3);
+      s_view.push_back(v.step * 1e3);
+    }
     if (hvd::size() > 1) {
       // In-run np=1 figure: rank 0 trains alone while the others wait in hvd::barrier(), whose
       // background thread sleeps (backoff to 1 ms) rather than spins.
@@ -184,6 +224,11 @@ Result bench_model(const Spec& spec, const Args& a) {
   r.compute_plain = median(c_plain);
   r.step_hvd = median(s_hvd);
   r.step_plain = median(s_plain);
+  if (view) {
+    r.view = sum_over_ranks(median(r_view), spec.name + ".sum.view");
+    r.compute_view = median(c_view);
+    r.step_view = median(s_view);
+  }
   return r;
 }
 
@@ -205,11 +250,78 @@ std::map<std::string, double> read_baseline(const std::string& path) {
   return out;
 }
 
+/// --reduction: medians over the windows of ms per step (rank 0's; the raw MPI call per step).
+void bench_reduction(const Args& a) {
+  const int64_t k = a.reduction_k, n = a.reduction_bytes / 4;
+  auto make = [&] {
+    std::vector<torch::Tensor> ps;
+    for (int64_t i = 0; i < k; ++i) ps.push_back(torch::zeros({n}, torch::requires_grad()));
+    return ps;
+  };
+  std::vector<torch::Tensor> p_off = make(), p_on = make(), p_plain = make();
+  const torch::Tensor c = torch::full({k * n}, 1.0f / static_cast<float>(k * n));
+  torch::optim::SGD s_off(p_off, 1e-3), s_on(p_on, 1e-3), s_plain(p_plain, 1e-3);
+  hvd::DistributedOptimizer off(s_off, hvd::NamedParameters{},
+                                hvd::DistributedOptimizerOptions().label("off"));
+  hvd::DistributedOptimizer on(
+      s_on, hvd::NamedParameters{},
+      hvd::DistributedOptimizerOptions().label("on").gradient_as_bucket_view(true));
+  // The backward: one cat, one dot, the K gradient accumulators (every training has those).
+  auto pass = [&c](std::vector<torch::Tensor>& ps) { torch::cat(ps).dot(c).backward(); };
+  std::vector<float> flat(static_cast<size_t>(k * n), 1.0f);
+  using Fn = std::function<void()>;
+  const Fn steps[4] = {
+      [&] {
+        off.zero_grad();
+        pass(p_off);
+        off.step();
+      },
+      [&] {
+        on.zero_grad();
+        pass(p_on);
+        on.step();
+      },
+      [&] {
+        s_plain.zero_grad();
+        pass(p_plain);
+        s_plain.step();
+      },
+      [&] {
+        MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+      },
+  };
+  const int64_t iters = std::max<int64_t>(20, static_cast<int64_t>(a.window_s * 200));
+  std::vector<double> t[4];
+  for (int w = 0; w < a.warmup + a.windows; ++w) {
+    for (int m = 0; m < 4; ++m) {
+      hvd::barrier();
+      const double t0 = now_s();
+      for (int64_t i = 0; i < iters; ++i) steps[m]();
+      double dt = (now_s() - t0) / static_cast<double>(iters) * 1e3;
+      MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      if (w >= a.warmup) t[m].push_back(dt);
+    }
+  }
+  if (hvd::rank() != 0) return;
+  const double off_ms = median(t[0]), on_ms = median(t[1]), plain_ms = median(t[2]),
+               raw_ms = median(t[3]);
+  std::printf(
+      "\n%lld x %lld B, np %d, %d windows x %lld steps (ms per step, slowest rank, medians)\n"
+      "| hvd | hvd bucket views | no-comm | raw MPI_Allreduce | reduction / raw | "
+      "reduction with views / raw |\n|---:|---:|---:|---:|---:|---:|\n"
+      "| %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx |\n",
+      static_cast<long long>(k), static_cast<long long>(a.reduction_bytes), hvd::size(), a.windows,
+      static_cast<long long>(iters), off_ms, on_ms, plain_ms, raw_ms, (off_ms - plain_ms) / raw_ms,
+      (on_ms - plain_ms) / raw_ms);
+  std::fflush(stdout);
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: hvd_train_bench [--threads N] [--batch B] [--windows W] [--window-s S]\n"
                "         [--warmup K] [--model mnist_mlp|cnn|mlp_10m] [--baseline-file F]\n"
-               "         [--write-baseline]\n");
+               "         [--write-baseline] [--bucket-view] [--reduction K S]\n");
   return 2;
 }
 
@@ -236,12 +348,26 @@ int main(int argc, char** argv) {
       a.baseline_file = argv[++i];
     else if (s == "--write-baseline")
       a.write_baseline = true;
-    else
+    else if (s == "--bucket-view")
+      a.bucket_view = true;
+    else if (s == "--reduction" && i + 2 < argc) {
+      a.reduction_k = std::atoll(argv[++i]);
+      a.reduction_bytes = std::atoll(argv[++i]);
+    } else
       return usage();
   }
   if (a.threads < 1 || a.batch < 1 || a.windows < 1 || a.warmup < 1) return usage();
+  if (a.reduction_k < 0 || a.reduction_bytes < 0) return usage();
   torch::set_num_threads(a.threads);
+  int provided = 0;  // MPI first, with threads: the reduction mode calls MPI beside hvd's thread
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   hvd::init();
+  if (a.reduction_k > 0) {
+    bench_reduction(a);
+    hvd::shutdown();
+    MPI_Finalize();
+    return 0;
+  }
   const int np = hvd::size();
   const bool root = hvd::rank() == 0;
 
@@ -289,6 +415,16 @@ int main(int argc, char** argv) {
       std::printf("| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", r.model.c_str(), np, r.compute_hvd,
                   r.compute_plain, r.step_hvd, r.step_plain);
     }
+    if (a.bucket_view) {
+      std::printf(
+          "\ngradient_as_bucket_view (interleaved windows)\n"
+          "| model | np | samples/s hvd | samples/s hvd bucket views | no-comm | views / no-comm | "
+          "step hvd ms | step views ms |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      for (const Result& r : results) {
+        std::printf("| %s | %d | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |\n", r.model.c_str(), np,
+                    r.hvd, r.view, r.plain, r.view / r.plain, r.step_hvd, r.step_view);
+      }
+    }
     std::fflush(stdout);
     if (a.write_baseline && !a.baseline_file.empty()) {
       std::ofstream out(a.baseline_file);
@@ -299,5 +435,6 @@ int main(int argc, char** argv) {
     }
   }
   hvd::shutdown();
+  MPI_Finalize();
   return 0;
 }

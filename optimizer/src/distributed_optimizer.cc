@@ -3,6 +3,8 @@
 // on top of the gradient registry.
 #include "hvd/optim/distributed_optimizer.h"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <atomic>
 #include <iterator>
@@ -87,6 +89,11 @@ ReduceSettings check_options(const DistributedOptimizerOptions& o, const std::st
   s.process_set = o.process_set_.id();
   s.backward_passes_per_step = o.backward_passes_per_step_;
   s.predivide = o.gradient_predivide_factor_;
+  if (o.gradient_as_bucket_view_ && o.bucket_view_bytes_ == 0) {
+    fail("bucket_view_bytes must be > 0 with gradient_as_bucket_view");
+  }
+  s.bucket_view = o.gradient_as_bucket_view_;
+  s.bucket_view_bytes = o.bucket_view_bytes_;
   return s;
 }
 
@@ -133,6 +140,7 @@ std::vector<std::vector<size_t>> make_groups(const DistributedOptimizerOptions& 
 struct DistributedOptimizer::Impl {
   int owner = 0;
   bool local = false;  ///< not a member of the process set: steps locally, communicates nothing
+  bool bucket_view = false;  ///< gradient_as_bucket_view
   EntryList entries;
 };
 
@@ -145,6 +153,7 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
                                   : options.label_;
   const ReduceSettings settings = check_options(options, label_);
   impl_->local = !options.process_set_.included();
+  impl_->bucket_view = options.gradient_as_bucket_view_;
 
   std::unordered_map<c10::TensorImpl*, std::string> names;
   for (const auto& [name, t] : named_parameters) {
@@ -234,7 +243,25 @@ torch::Tensor DistributedOptimizer::step(torch::optim::Optimizer::LossClosure cl
 
 void DistributedOptimizer::zero_grad() {
   detail::torch_registry().quiesce(impl_->entries);
-  optimizer_.zero_grad();
+  if (!impl_->bucket_view) {
+    optimizer_.zero_grad();
+    return;
+  }
+  // The wrapped zero_grad() of torch 1.x detaches each .grad in place, which a bucket view
+  // refuses: zero as that version does, views in place; torch 2's default empties .grad (the
+  // next pass's pre-hook re-attaches the view, zeroed).
+  for (auto& group : optimizer_.param_groups()) {
+    for (auto& p : group.params()) {
+      torch::Tensor& g = p.mutable_grad();
+      if (!g.defined()) continue;
+#if TORCH_VERSION_MAJOR >= 2
+      g = torch::Tensor();
+#else
+      if (!g.is_view()) g.detach_();
+      g.zero_();
+#endif
+    }
+  }
 }
 
 std::vector<std::string> DistributedOptimizer::parameter_names() const {
@@ -242,6 +269,10 @@ std::vector<std::string> DistributedOptimizer::parameter_names() const {
   out.reserve(impl_->entries.size());
   for (const auto& e : impl_->entries) out.push_back(e->wire);
   return out;
+}
+
+std::vector<std::string> DistributedOptimizer::bucket_names() const {
+  return detail::torch_registry().bucket_names(impl_->entries);
 }
 
 SkipSynchronizeGuard::SkipSynchronizeGuard(DistributedOptimizer& opt)

@@ -51,6 +51,21 @@ class TorchReduction : public GradReduction {
   std::vector<torch::Tensor> wires_;  ///< what the reduction reads and writes
 };
 
+/// A bucket of gradient views (GradFrontend::make_bucket): one flat buffer its members' .grad
+/// are views of.
+struct TorchBucket {
+  torch::Tensor flat;
+  /// The reduction of `flat` last started (while it runs, .grad must not become a view again).
+  std::weak_ptr<GradReduction> last;
+  /// In-place writes finish() made to the views since that submission: the views share one
+  /// version counter, so each member's check of its own version allows for them.
+  int64_t own_writes = 0;
+  bool busy() const {
+    auto r = last.lock();
+    return r && !r->done();
+  }
+};
+
 class TorchGradParam : public GradParam {
  public:
   TorchGradParam(torch::Tensor p, Compression c) : param_(std::move(p)), compression_(c) {}
@@ -76,6 +91,14 @@ class TorchGradParam : public GradParam {
   }
   void stash() override {
     if (!param_.grad().defined()) return;
+    if (bucket_ && param_.grad().is_same(view_) && !bucket_->busy()) {
+      // The view stays .grad, emptied: the pass accumulates into it.
+      torch::NoGradGuard no_grad;
+      base_ = view_.clone();
+      view_.zero_();
+      stashed_version_ = view_._version();
+      return;
+    }
     base_ = param_.grad();
     param_.mutable_grad() = torch::Tensor();
   }
@@ -86,6 +109,20 @@ class TorchGradParam : public GradParam {
     param_.mutable_grad() = torch::Tensor();
   }
   void restore(bool released) override {
+    const torch::Tensor& g = param_.grad();
+    if (!released && bucket_ && g.defined() && g.is_same(view_)) {
+      // The view was emptied for the pass (stash() or reattach()) and nothing accumulated.
+      if (g._version() == stashed_version_) {
+        torch::NoGradGuard no_grad;
+        if (base_.defined()) {
+          view_.copy_(base_);
+        } else if (was_empty_) {
+          param_.mutable_grad() = torch::Tensor();
+        }
+      }
+      base_ = taken_ = torch::Tensor();
+      return;
+    }
     if (!param_.grad().defined()) {
       param_.mutable_grad() = released ? taken_ : base_;
       if (!released) base_ = torch::Tensor();
@@ -106,6 +143,39 @@ class TorchGradParam : public GradParam {
     const torch::Tensor& g = param_.grad();
     return g.defined() && g.is_same(wired_grad_) && g._version() == wired_version_;
   }
+
+  std::string bucket_kind() const override {
+    if (param_.layout() != c10::kStrided) return {};
+    return std::string(c10::toString(param_.scalar_type())) + "/" +
+           c10::DeviceTypeName(param_.device().type(), true);
+  }
+  void reattach() override {
+    if (bucket_ && !bucket_->busy()) attach_view();
+  }
+  void leave_bucket() override {
+    bucket_.reset();
+    view_ = torch::Tensor();
+  }
+  /// Joins bucket `b` at `offset` (elements) of its flat buffer, .grad's value copied in.
+  void join_bucket(const std::shared_ptr<TorchBucket>& b, int64_t offset) {
+    bucket_ = b;
+    view_ = b->flat.narrow(0, offset, param_.numel()).view(param_.sizes());
+    attach_view();
+  }
+  const std::shared_ptr<TorchBucket>& bucket() const { return bucket_; }
+  /// Bucket submission: .grad becomes the view (copied in if needed); the reduction works on
+  /// `wire` (the view, or its slice of a 16-bit or zero flat buffer).
+  void wire_bucket(torch::Tensor wire, bool zeros) {
+    if (!zeros) attach_view();
+    wire_ = std::move(wire);
+    wired_grad_ = zeros ? torch::Tensor() : view_;
+    wired_version_ = view_._version();
+  }
+
+  int64_t numel() const { return param_.numel(); }
+  c10::TensorOptions options() const { return param_.options().requires_grad(false); }
+  c10::IntArrayRef sizes() const { return param_.sizes(); }
+  Compression compression() const { return compression_; }
 
   /// The tensor the allreduce works on: .grad itself, or a contiguous / 16-bit staging copy.
   const torch::Tensor& wire() const { return wire_; }
@@ -144,6 +214,8 @@ class TorchGradParam : public GradParam {
         // joins what stash() set aside.
         torch::Tensor val =
             wire_.scalar_type() == param_.scalar_type() ? wire_ : wire_.to(param_.scalar_type());
+        // A slice of a flat buffer is reused by the next reduction: kept as a copy.
+        if (!base_.defined() && bucket_ && val.is_alias_of(wire_)) val = val.clone();
         base_ = base_.defined() ? base_ + val : val;
       }
       wire_ = wired_grad_ = taken_ = torch::Tensor();
@@ -151,12 +223,17 @@ class TorchGradParam : public GradParam {
     }
     torch::Tensor g = param_.grad();
     const bool same = g.defined() && g.is_same(wired_grad_);
-    if (ok && same && g._version() == wired_version_) {
+    // Bucket views share one version counter: the writes of this finish() to mates count too.
+    int64_t* writes = bucket_ && same ? &bucket_->own_writes : nullptr;
+    const int64_t expected = wired_version_ + (writes ? *writes : 0);
+    if (ok && same && g._version() == expected) {
       if (!wire_.is_same(g)) g.copy_(wire_);
       if (base_.defined()) g.add_(base_);
+      if (writes) *writes += g._version() - expected;
     } else if (ok && same && wire_.is_same(g)) {
       // Changed in place (zeroed) while the reduction wrote into it: keep the user's zeros.
       g.zero_();
+      if (writes) ++*writes;
     }
     base_ = wire_ = wired_grad_ = taken_ = torch::Tensor();
   }
@@ -167,11 +244,30 @@ class TorchGradParam : public GradParam {
   std::shared_ptr<torch::autograd::Node> accumulator_;  ///< kept alive, or the hook is lost
   uintptr_t post_key_ = 0;
   unsigned pre_key_ = 0;
-  torch::Tensor base_;         ///< set aside by stash(), plus results set aside
-  torch::Tensor taken_;        ///< what release() took from .grad
-  torch::Tensor wire_;         ///< what the allreduce reads and writes
-  torch::Tensor wired_grad_;   ///< .grad when the reduction started
-  int64_t wired_version_ = 0;  ///< and its version counter then
+  torch::Tensor base_;                   ///< set aside by stash(), plus results set aside
+  torch::Tensor taken_;                  ///< what release() took from .grad
+  torch::Tensor wire_;                   ///< what the allreduce reads and writes
+  torch::Tensor wired_grad_;             ///< .grad when the reduction started
+  int64_t wired_version_ = 0;            ///< and its version counter then
+  std::shared_ptr<TorchBucket> bucket_;  ///< bucket views: the bucket, else null
+  torch::Tensor view_;                   ///< ... and this parameter's view into its buffer
+  int64_t stashed_version_ = -1;         ///< the view's version once emptied for a pass
+  bool was_empty_ = false;               ///< .grad was empty when the view became .grad
+
+  /// .grad becomes the view, holding .grad's value (zeros when empty).
+  void attach_view() {
+    const torch::Tensor& g = param_.grad();
+    if (g.defined() && g.is_same(view_)) return;
+    torch::NoGradGuard no_grad;
+    was_empty_ = !g.defined();
+    if (was_empty_) {
+      view_.zero_();
+    } else {
+      view_.copy_(g);
+    }
+    stashed_version_ = view_._version();
+    param_.mutable_grad() = view_;
+  }
 };
 
 class TorchFrontend : public GradFrontend {
@@ -188,6 +284,13 @@ class TorchFrontend : public GradFrontend {
       views.push_back(v.value());
       wires.push_back(tp->wire());
     }
+    return start(name, grouped, views, std::move(wires), s);
+  }
+  /// One allreduce (grouped: of several tensors) of `views` under `name`; `wires` keeps them.
+  Result<std::shared_ptr<GradReduction>> start(const std::string& name, bool grouped,
+                                               const std::vector<TensorView>& views,
+                                               std::vector<torch::Tensor> wires,
+                                               const ReduceSettings& s) {
     const double pre = 1.0 / s.predivide, post = s.predivide;
     const ProcessSet set(s.process_set);
     Handle h;
@@ -204,6 +307,80 @@ class TorchFrontend : public GradFrontend {
     }
     if (observer) observer(name, h);
     return std::shared_ptr<GradReduction>(std::make_shared<TorchReduction>(h, std::move(wires)));
+  }
+  Status make_bucket(const std::vector<GradParam*>& members, const std::string& name,
+                     const ReduceSettings&) override {
+    if (members.empty()) return Status();
+    auto* first = static_cast<TorchGradParam*>(members.front());
+    int64_t total = 0;
+    for (GradParam* p : members) total += static_cast<TorchGradParam*>(p)->numel();
+    auto b = std::make_shared<TorchBucket>();
+    try {
+      b->flat = torch::empty({total}, first->options());
+    } catch (const c10::Error& e) {
+      return internal_error("DistributedOptimizer: bucket '" + name + "' of " +
+                            std::to_string(total) + " elements could not be allocated (" +
+                            e.what_without_backtrace() +
+                            "); use a smaller bucket or turn gradient_as_bucket_view off");
+    }
+    int64_t offset = 0;
+    for (GradParam* p : members) {
+      auto* tp = static_cast<TorchGradParam*>(p);
+      tp->join_bucket(b, offset);
+      offset += tp->numel();
+    }
+    return Status();
+  }
+  Result<std::shared_ptr<GradReduction>> submit_bucket(const std::vector<GradParam*>& members,
+                                                       const std::string& name,
+                                                       const ReduceSettings& s,
+                                                       bool zeros) override {
+    auto* first = static_cast<TorchGradParam*>(members.front());
+    std::shared_ptr<TorchBucket> b = first->bucket();
+    int64_t total = 0;
+    for (GradParam* p : members) {
+      auto* tp = static_cast<TorchGradParam*>(p);
+      if (tp->bucket() != b) {
+        return internal_error("DistributedOptimizer: bucket '" + name +
+                              "' was submitted with a member of another bucket (" + tp->describe() +
+                              "); report this as a bug of hvd");
+      }
+      total += tp->numel();
+    }
+    if (!b || total != b->flat.numel()) {
+      return internal_error("DistributedOptimizer: bucket '" + name +
+                            "' was submitted without its full membership; report this as a "
+                            "bug of hvd");
+    }
+    torch::NoGradGuard no_grad;
+    torch::Tensor wire = zeros ? torch::zeros_like(b->flat) : b->flat;
+    if (!zeros) {
+      // Members whose .grad is not their view (replaced, emptied, released) are copied in first.
+      for (GradParam* p : members) static_cast<TorchGradParam*>(p)->wire_bucket({}, false);
+    }
+    const auto st = wire.scalar_type();
+    const bool wide_float = st == c10::kFloat || st == c10::kDouble;
+    if (wide_float && first->compression() == Compression::kFp16) {
+      wire = wire.to(c10::kHalf);
+    } else if (wide_float && first->compression() == Compression::kBf16) {
+      wire = wire.to(c10::kBFloat16);
+    }
+    int64_t offset = 0;
+    for (GradParam* p : members) {
+      auto* tp = static_cast<TorchGradParam*>(p);
+      tp->wire_bucket(wire.narrow(0, offset, tp->numel()).view(tp->sizes()), zeros);
+      offset += tp->numel();
+    }
+    if (!zeros) b->own_writes = 0;
+    std::vector<TensorView> views;
+    try {
+      views.push_back(to_view(wire, "bucket '" + name + "'"));
+    } catch (const Error& e) {
+      return Status(e.code(), e.what());
+    }
+    auto r = start(name, false, views, {wire}, s);
+    if (r.ok() && !zeros) b->last = r.value();
+    return r;
   }
   void finish(GradParam& p, GradReduction&, size_t, bool ok, Use use) override {
     static_cast<TorchGradParam&>(p).finish(ok, use);

@@ -3,10 +3,12 @@
 // autoencoder with three optimizers, natural and Horovod style, and each optimizer zeroing,
 // back-propagating and stepping in turn), zero_grad() discarding reductions in flight, overlap of
 // reductions with backward, reduction options, unused parameters, and the error messages.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "hvd/torch.h"
@@ -114,7 +116,7 @@ namespace {
 
 /// Trains the shared autoencoder K steps with three optimizers (1: encoder + A, SGD; 2: encoder
 /// + B, Adam; 3: C, SGD) and checks it against one process on the whole batch.
-void run_shared_autoencoder(bool horovod_style) {
+void run_shared_autoencoder(bool horovod_style, bool view = false) {
   const int64_t B = 16, K = 5;
   torch::Tensor data = hvd_examples::autoencoder_data(B * K);
   torch::manual_seed(2);
@@ -133,17 +135,18 @@ void run_shared_autoencoder(bool horovod_style) {
 
   auto named = m->named_parameters();
   std::unique_ptr<hvd::DistributedOptimizer> d1, d2, d3;
+  const auto opts = hvd::DistributedOptimizerOptions().gradient_as_bucket_view(view);
   if (horovod_style) {  // distinct prefixes per optimizer, explicit synchronize()
     d1 = std::make_unique<hvd::DistributedOptimizer>(
-        o1, prefixed_modules("opt1.", {{"enc", enc}, {"a", m->dec_a.ptr().get()}}));
+        o1, prefixed_modules("opt1.", {{"enc", enc}, {"a", m->dec_a.ptr().get()}}), opts);
     d2 = std::make_unique<hvd::DistributedOptimizer>(
-        o2, prefixed_modules("opt2.", {{"enc", enc}, {"b", m->dec_b.ptr().get()}}));
+        o2, prefixed_modules("opt2.", {{"enc", enc}, {"b", m->dec_b.ptr().get()}}), opts);
     d3 = std::make_unique<hvd::DistributedOptimizer>(
-        o3, prefixed_modules("opt3.", {{"c", m->dec_c.ptr().get()}}));
+        o3, prefixed_modules("opt3.", {{"c", m->dec_c.ptr().get()}}), opts);
   } else {  // the natural way: the model's names for all three
-    d1 = std::make_unique<hvd::DistributedOptimizer>(o1, named);
-    d2 = std::make_unique<hvd::DistributedOptimizer>(o2, named);
-    d3 = std::make_unique<hvd::DistributedOptimizer>(o3, named);
+    d1 = std::make_unique<hvd::DistributedOptimizer>(o1, named, opts);
+    d2 = std::make_unique<hvd::DistributedOptimizer>(o2, named, opts);
+    d3 = std::make_unique<hvd::DistributedOptimizer>(o3, named, opts);
   }
   SubmitCounter submits;
   for (int64_t k = 0; k < K; ++k) {
@@ -173,7 +176,18 @@ void run_shared_autoencoder(bool horovod_style) {
       d2->step();
       d3->step();
     }
-    CHECK(submits.take() == named.size());  // one reduction per parameter, shared or not
+    // One reduction per parameter, shared or not; with bucket views (after the first step lays
+    // them out) one per bucket of the unshared decoders and one per shared encoder parameter.
+    const size_t shared = enc->parameters().size();
+    if (!view || k == 0) {
+      CHECK(submits.take() == named.size());
+    } else {
+      CHECK(submits.take() == shared + 3);  // a bucket per decoder
+      for (auto* d : {d1.get(), d2.get()}) {
+        auto b = d->bucket_names();
+        CHECK(std::count(b.begin(), b.end(), std::string()) == static_cast<long>(shared));
+      }
+    }
     r1.zero_grad();
     r2.zero_grad();
     r3.zero_grad();
@@ -195,6 +209,12 @@ TEST_CASE("shared encoder with three optimizers matches one process, no renaming
 TEST_CASE("shared encoder in Horovod style (prefixes, synchronize) gives the same result",
           "[mpi]") {
   run_shared_autoencoder(true);
+}
+
+TEST_CASE("shared encoder with gradient_as_bucket_view: shared parameters are not bucketed",
+          "[mpi]") {
+  run_shared_autoencoder(false, true);
+  run_shared_autoencoder(true, true);
 }
 
 namespace {
@@ -330,28 +350,32 @@ TEST_CASE("parameters without a gradient on some ranks get zeros and nobody hang
   const hvd::NamedParameters named = named_of(real);
   std::vector<torch::Tensor> all;
   for (auto& p : named) all.push_back(p.second);
-  optim::SGD sgd(all, 0.1);
-  hvd::DistributedOptimizer opt(sgd, named);
-  for (int step = 0; step < 3; ++step) {
-    // This rank's own gradients, from copies no hook watches: the real ones are reduced in
-    // place as backward produces them, possibly before backward returns.
-    Net copy;
-    for (const auto& m : real) {
-      copy.emplace_back(std::dynamic_pointer_cast<torch::nn::LinearImpl>(m->clone()));
+  for (bool view : {false, true}) {
+    INFO("gradient_as_bucket_view " << view);
+    optim::SGD sgd(all, 0.1);
+    hvd::DistributedOptimizer opt(sgd, named,
+                                  hvd::DistributedOptimizerOptions().gradient_as_bucket_view(view));
+    for (int step = 0; step < 3; ++step) {
+      // This rank's own gradients, from copies no hook watches: the real ones are reduced in
+      // place as backward produces them, possibly before backward returns.
+      Net copy;
+      for (const auto& m : real) {
+        copy.emplace_back(std::dynamic_pointer_cast<torch::nn::LinearImpl>(m->clone()));
+      }
+      backward(copy);
+      std::vector<torch::Tensor> local;
+      for (auto& p : named_of(copy))
+        local.push_back(p.second.grad().defined() ? p.second.grad() : torch::zeros_like(p.second));
+      opt.zero_grad();
+      backward(real);
+      opt.synchronize();
+      for (size_t i = 0; i < named.size(); ++i) {
+        torch::Tensor expect = hvd::allreduce(local[i], "unused.expect." + named[i].first);
+        INFO("parameter " << named[i].first << " step " << step);
+        CHECK(rel_diff(named[i].second.grad(), expect) <= 1e-6);
+      }
+      opt.step();
     }
-    backward(copy);
-    std::vector<torch::Tensor> local;
-    for (auto& p : named_of(copy))
-      local.push_back(p.second.grad().defined() ? p.second.grad() : torch::zeros_like(p.second));
-    opt.zero_grad();
-    backward(real);
-    opt.synchronize();
-    for (size_t i = 0; i < named.size(); ++i) {
-      torch::Tensor expect = hvd::allreduce(local[i], "unused.expect." + named[i].first);
-      INFO("parameter " << named[i].first << " step " << step);
-      CHECK(rel_diff(named[i].second.grad(), expect) <= 1e-6);
-    }
-    opt.step();
   }
 }
 
@@ -424,7 +448,10 @@ TEST_CASE("a module used in different backward passes on different ranks: no han
           "[mpi]") {
   // Issue 37 item 1: rank 0 uses the expert in both passes before step(), the others only in
   // the second. Used to block every rank inside backward.
-  for (int bpps : {1, 2}) {
+  for (int run = 0; run < 4; ++run) {
+    const int bpps = 1 + run % 2;
+    const bool view = run >= 2;
+    INFO("backward_passes_per_step " << bpps << ", gradient_as_bucket_view " << view);
     Watchdog guard("uneven backward passes", 20);
     torch::manual_seed(31);
     torch::nn::Linear trunk(3, 4), expert(4, 4), rtrunk(3, 4), rexpert(4, 4);
@@ -439,7 +466,8 @@ TEST_CASE("a module used in different backward passes on different ranks: no han
     optim::SGD ref_sgd(params_of({rtrunk.get(), rexpert.get()}), 0.05);
     hvd::DistributedOptimizer opt(
         sgd, prefixed_modules("asym.", {{"trunk", trunk.get()}, {"expert", expert.get()}}),
-        hvd::DistributedOptimizerOptions().backward_passes_per_step(bpps));
+        hvd::DistributedOptimizerOptions().backward_passes_per_step(bpps).gradient_as_bucket_view(
+            view));
     const int64_t n = 2;
     torch::Tensor x = torch::arange(hvd::size() * n * 3, torch::kFloat).reshape({-1, 3}) / 20;
     auto uses = [](int rank, int pass) { return rank == 0 || pass == 1; };
@@ -644,4 +672,100 @@ TEST_CASE("backward_passes_per_step misuse is reported", "[mpi]") {
           sgd, lin->named_parameters(),
           hvd::DistributedOptimizerOptions().op(hvd::ReduceOp::kSum).gradient_predivide_factor(2)),
       Contains("only supported with op Average"));
+}
+
+namespace {
+
+/// MnistMlp's parameters trained K steps by `o` (a fresh model, seed 9), the gradients after the
+/// last synchronize() in `grads`; `view_checks` asserts bucket views along the way.
+std::vector<torch::Tensor> train_mnist(const hvd::DistributedOptimizerOptions& o, int64_t K,
+                                       std::vector<torch::Tensor>* grads, bool view_checks) {
+  const int passes = o.backward_passes_per_step_;
+  hvd_examples::SyntheticMnist data(8 * hvd::size() * passes * K, 41);
+  torch::manual_seed(9);
+  hvd_examples::MnistMlp model;
+  optim::SGD sgd(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  hvd::DistributedOptimizer opt(sgd, model->named_parameters(), o);
+  const auto params = model->parameters();
+  const int64_t B = 8 * hvd::size();
+  for (int64_t k = 0; k < K; ++k) {
+    opt.zero_grad();
+    if (k == 2) {
+      for (auto p : params) p.mutable_grad() = torch::Tensor();  // zero_grad(set_to_none)
+    }
+    for (int p = 0; p < passes; ++p) {
+      const int64_t at = (k * passes + p) * B;
+      torch::Tensor x = shard(data.images().narrow(0, at, B), hvd::rank(), hvd::size());
+      torch::Tensor y = shard(data.labels().narrow(0, at, B), hvd::rank(), hvd::size());
+      torch::cross_entropy_loss(model->forward(x), y).backward();
+    }
+    if (view_checks && k >= 1) {
+      // Laid out at the first step: each .grad is a view of its bucket's buffer, re-attached by
+      // the pre-hook after the set_to_none of step 2 (the pass accumulated into the view).
+      const auto names = opt.bucket_names();
+      REQUIRE(names.size() == params.size());
+      for (size_t i = 0; i < params.size(); ++i) {
+        INFO("parameter " << i << " step " << k << " bucket " << names[i]);
+        REQUIRE(!names[i].empty());
+        REQUIRE(params[i].grad().defined());
+        for (size_t j = 0; j < params.size(); ++j) {
+          const bool together = names[i] == names[j];
+          CHECK(params[i].grad().is_alias_of(params[j].grad()) == together);
+        }
+      }
+      std::set<std::string> distinct(names.begin(), names.end());
+      CHECK(distinct.size() == 2);  // 16 KiB buckets: fc3 and fc2, then fc1
+    }
+    opt.synchronize();
+    if (k + 1 == K) {
+      for (auto& p : params) grads->push_back(p.grad().clone());
+    }
+    auto g = opt.skip_synchronize();
+    opt.step();
+  }
+  std::vector<torch::Tensor> out;
+  for (auto& p : params) out.push_back(p.detach().clone());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gradient_as_bucket_view: the same training as without, .grad views of buckets",
+          "[mpi]") {
+  Watchdog guard("bucket views", 60);
+  using O = hvd::DistributedOptimizerOptions;
+  struct Config {
+    const char* what;
+    O options;
+    double tol;  ///< 0: bit for bit (the sums pair the same values whatever the fusion)
+  };
+  // Two ranks add two values the same way whatever travels together; more ranks may reduce a
+  // bucket and separate tensors in different orders.
+  const double exact = hvd::size() <= 2 ? 0 : 1e-6;
+  std::vector<Config> configs = {
+      {"average", O(), exact},
+      {"sum", O().op(hvd::ReduceOp::kSum), exact},
+      {"predivide", O().gradient_predivide_factor(2.0), exact},
+      {"two passes", O().backward_passes_per_step(2), exact},
+      {"fp16", O().compression(hvd::Compression::kFp16), 2e-3},
+  };
+  for (const auto& c : configs) {
+    INFO("config " << c.what);
+    std::vector<torch::Tensor> g_off, g_on;
+    O on = c.options;
+    on.gradient_as_bucket_view(true).bucket_view_bytes(16 << 10);
+    auto off = train_mnist(c.options, 4, &g_off, false);
+    auto with = train_mnist(on, 4, &g_on, true);
+    REQUIRE(off.size() == with.size());
+    for (size_t i = 0; i < off.size(); ++i) {
+      INFO("parameter " << i);
+      if (c.tol == 0) {
+        CHECK(torch::equal(g_on[i], g_off[i]));
+        CHECK(torch::equal(with[i], off[i]));
+      } else {
+        CHECK(rel_diff(g_on[i], g_off[i]) <= c.tol);
+        CHECK(rel_diff(with[i], off[i]) <= c.tol);
+      }
+    }
+  }
 }

@@ -218,7 +218,7 @@ void GradRegistry::remove_locked(Lock& lk, int64_t owner, const EntryList& entri
   }
 }
 
-void GradRegistry::dissolve(const std::shared_ptr<GradEntry::Group>& g) {
+void GradRegistry::dissolve(std::shared_ptr<GradEntry::Group> g) {  // a copy: members reset theirs
   auto members = std::move(g->members);
   g->members.clear();
   for (const auto& m : members) {

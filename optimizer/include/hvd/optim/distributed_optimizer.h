@@ -59,6 +59,16 @@ struct DistributedOptimizerOptions {
   /// The ranks gradients are reduced over. On a rank outside it the optimizer communicates
   /// nothing and steps on its local gradients (as Horovod).
   ProcessSet process_set_;
+  /// Gradients as views into flat per-bucket buffers (PyTorch DDP's gradient_as_bucket_view):
+  /// from the first step() on, each dense parameter's .grad is a view of a bucket laid out in the
+  /// order backward produces the gradients, and a ready bucket is reduced by one in-place
+  /// allreduce (no copies). Parameters shared with another optimizer and those in `groups` /
+  /// `num_groups` are reduced as without it. Results are those without it (bucketing only
+  /// changes which gradients travel together). Keep no reference to a .grad across steps: the
+  /// buckets may be laid out again (a new tensor) when the order changes.
+  bool gradient_as_bucket_view_ = false;
+  /// Bucket capacity in bytes for gradient_as_bucket_view.
+  size_t bucket_view_bytes_ = size_t{4} << 20;
 
   DistributedOptimizerOptions& op(ReduceOp v) {
     op_ = v;
@@ -90,6 +100,14 @@ struct DistributedOptimizerOptions {
   }
   DistributedOptimizerOptions& process_set(ProcessSet v) {
     process_set_ = v;
+    return *this;
+  }
+  DistributedOptimizerOptions& gradient_as_bucket_view(bool v) {
+    gradient_as_bucket_view_ = v;
+    return *this;
+  }
+  DistributedOptimizerOptions& bucket_view_bytes(size_t v) {
+    bucket_view_bytes_ = v;
     return *this;
   }
 };
@@ -174,6 +192,9 @@ class DistributedOptimizer {
   /// suffix "#k" where another live tensor had the name first), in optimizer order.
   std::vector<std::string> parameter_names() const;
   const std::string& label() const { return label_; }
+  /// gradient_as_bucket_view: the bucket of each parameter (wire names "hvd.bucket.<g>.<k>"),
+  /// in optimizer order, "" where a parameter is in none (before the first step, shared, ...).
+  std::vector<std::string> bucket_names() const;
 
  private:
   friend class SkipSynchronizeGuard;

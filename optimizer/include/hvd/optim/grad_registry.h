@@ -372,7 +372,7 @@ class GradRegistry {
   /// The layout exchange and the new buckets (after the step's reductions completed).
   Status relayout(int64_t owner, const EntryList& entries);
   /// Dissolves `g` (a bucket or a user group): members leave it.
-  void dissolve(const std::shared_ptr<GradEntry::Group>& g);
+  void dissolve(std::shared_ptr<GradEntry::Group> g);
   void remove_locked(Lock& lk, int64_t owner, const EntryList& entries);
   void drain_deferred(Lock& lk);
   /// Waits for `waits` (lock released meanwhile, `lk` re-taken) and finishes them.
