@@ -57,8 +57,14 @@ std::optional<uint32_t> ResponseCache::put(const Request& params, const Response
     return std::nullopt;
   }
   // A name evicted before comes back: what is in use does not fit. Grow rather than evict
-  // (evicting would only push out the next name the step uses).
-  if (free_bits_.empty() && evicted_before(params.name)) (void)grow();
+  // (evicting would only push out the next name the step uses). So too when the entry to evict
+  // is a member of the group being cached: a group is cached whole or not at all, so evicting
+  // its own members would leave it uncached at every step, however often it came back.
+  if (free_bits_.empty() &&
+      (evicted_before(params.name) ||
+       (!params.group.empty() && entries_[oldest_].params.group == params.group))) {
+    (void)grow();
+  }
   std::optional<uint32_t> evicted;
   if (free_bits_.empty()) {
     evicted = oldest_;
@@ -120,6 +126,13 @@ void ResponseCache::erase(uint32_t bit) {
   e.params = Request{};
   e.response = Response{};
   free_bits_.push(bit);
+}
+
+void ResponseCache::evict(uint32_t bit) {
+  if (!contains(bit)) return;
+  remember_evicted(entries_[bit].params.name);
+  ++evictions_;
+  erase(bit);
 }
 
 const Request& ResponseCache::at(uint32_t bit) const {

@@ -125,10 +125,12 @@ Status Controller::run_round(bool want_shutdown, RoundResult* out) {
   notice_round_ = (any_flags & kFlagNotice) != 0;
   // From here on, whatever throws becomes this rank's error (sent to rank 0 in this round's
   // full path, or flagged in the next round): the round's collectives go on symmetrically.
+  // The joined ranks: the cleared bits, word by word (a round's cost must not grow with the
+  // number of ranks; bits past the last rank stay set on every rank).
   std::vector<int> joined;
-  for (int r = 0; r < size(); ++r) {
-    if (!(words[1 + 2 * nw + static_cast<size_t>(r / 64)] & (1ULL << (r % 64)))) {
-      joined.push_back(r);
+  for (size_t i = 0; i < jw; ++i) {
+    for (uint64_t gone = ~words[1 + 2 * nw + i]; gone != 0; gone &= gone - 1) {
+      joined.push_back(static_cast<int>(i * 64) + __builtin_ctzll(gone));
     }
   }
   Status decoded = guarded("decoding the round", [&] { decode_round(words, nw, joined, out); });
@@ -309,7 +311,7 @@ std::vector<uint8_t> Controller::coordinate(const std::vector<std::vector<uint8_
     if (lists[i].shutdown) rl.shutdown_ranks.push_back(static_cast<int32_t>(i));
     for (auto& r : lists[i].requests) {
       r.rank = static_cast<int32_t>(i);
-      coordinator_add(r, joined, &rl.responses);
+      coordinator_add(std::move(r), joined, &rl.responses);
     }
   }
   if (!joined.empty()) coordinator_sweep(joined, &rl.responses);
@@ -368,18 +370,21 @@ bool Controller::coordinator_ready(const Pending& p, const std::vector<int>& joi
   return true;
 }
 
-void Controller::coordinator_add(const Request& r, const std::vector<int>& joined,
+void Controller::coordinator_add(Request&& request, const std::vector<int>& joined,
                                  std::vector<Response>* ready) {
-  Pending& p = table_[r.name];
+  Pending& p = table_[request.name];
   if (p.per_rank.empty()) {
     p.per_rank.resize(static_cast<size_t>(size()));
     p.arrival = arrivals_++;
     p.since = now();
-    p.is_join = r.op == OpType::kJoin;
-    p.group = r.group;
+    p.is_join = request.op == OpType::kJoin;
+    p.group = request.group;
   }
-  if (r.rank < 0 || r.rank >= size() || p.per_rank[static_cast<size_t>(r.rank)]) return;
-  p.per_rank[static_cast<size_t>(r.rank)] = r;
+  if (request.rank < 0 || request.rank >= size() || p.per_rank[static_cast<size_t>(request.rank)]) {
+    return;
+  }
+  // Moved, not copied: rank 0 holds each request of a round once (its allocations included).
+  const Request& r = p.per_rank[static_cast<size_t>(request.rank)].emplace(std::move(request));
   ++p.count;
   if (notices_held_ > 0) {
     const auto& mine = notices_[static_cast<size_t>(r.rank)];
@@ -399,10 +404,15 @@ void Controller::coordinator_add(const Request& r, const std::vector<int>& joine
     g.sizes[static_cast<size_t>(r.rank)] = r.group_size;
     ++g.seen[static_cast<size_t>(r.rank)];
     g.op = r.op;
-    for (int32_t n : g.sizes) g.mismatched = g.mismatched || (n > 0 && n != r.group_size);
+    // Against the first size any rank gave (not every rank's again: O(1) per member).
+    if (g.first_size == 0) g.first_size = r.group_size;
+    g.mismatched = g.mismatched || r.group_size != g.first_size;
     if (g.mismatched) return;  // coordinator_fail_groups() answers every member
   }
-  if (coordinator_ready(p, joined)) coordinator_emit(r.name, ready);
+  if (coordinator_ready(p, joined)) {
+    const std::string name = r.name;  // emit moves `r` out of the table
+    coordinator_emit(name, ready);
+  }
 }
 
 void Controller::coordinator_sweep(const std::vector<int>& joined, std::vector<Response>* ready) {

@@ -28,8 +28,9 @@ void Controller::drop_partial_groups() {
     if (c.first == c.second) continue;
     // A member evicted (capacity, a contradicting rank, a stall) or never cached: the next
     // call of the group would find some members cached and others not, and wait forever for
-    // the missing ones to become ready through the cache.
-    cache_.erase(b);
+    // the missing ones to become ready through the cache. Evicted, not just erased: when the
+    // group comes back to a full cache, the cache grows (it did not fit).
+    cache_.evict(b);
     if (TensorEntry* e = take_pending(b)) uncached_.push_back(e);
   }
 }

@@ -281,6 +281,49 @@ TEST_CASE("growth stops at max_capacity, then the cache evicts", "[unit]") {
   REQUIRE(ResponseCache(8, 2).max_capacity() == 8);  // never below the capacity
 }
 
+TEST_CASE("a group larger than the cache grows it instead of evicting its own members", "[unit]") {
+  auto member = [](const std::string& group, int i, int size) {
+    Request r = req(group + "/" + std::to_string(i));
+    r.group = group;
+    r.group_size = size;
+    return r;
+  };
+  ResponseCache c(4);
+  (void)c.put(req("plain"));
+  for (int i = 0; i < 6; ++i) {
+    const auto evicted = c.put(member("g", i, 6));
+    // Only the older entry of another name makes room; the group's own members never do.
+    if (i == 3) REQUIRE(evicted == std::optional<uint32_t>(0));
+    if (i != 3) REQUIRE_FALSE(evicted.has_value());
+  }
+  REQUIRE(c.capacity() == 8);
+  REQUIRE(c.grouped() == 6);
+  for (int i = 0; i < 6; ++i) {
+    uint32_t bit = 0;
+    REQUIRE(c.lookup(member("g", i, 6), &bit) == ResponseCache::Lookup::kHit);
+  }
+  REQUIRE(c.evictions() == 1);
+  ResponseCache bounded(2, 4);  // at max_capacity it evicts, as for plain names
+  for (int i = 0; i < 6; ++i) (void)bounded.put(member("h", i, 6));
+  REQUIRE(bounded.capacity() == 4);
+  REQUIRE(bounded.size() == 4);
+}
+
+TEST_CASE("an evicted entry's name grows a full cache when put again; an erased one's not",
+          "[unit]") {
+  ResponseCache c(2);
+  for (const char* n : {"a", "b"}) (void)c.put(req(n));
+  c.evict(bit_of(c, "a"));
+  c.erase(bit_of(c, "b"));
+  REQUIRE(c.size() == 0);
+  REQUIRE(c.evictions() == 1);
+  for (const char* n : {"x", "y"}) (void)c.put(req(n));
+  REQUIRE(c.put(req("b")).has_value());  // erased only: evicts as usual
+  REQUIRE(c.capacity() == 2);
+  REQUIRE_FALSE(c.put(req("a")).has_value());  // evicted before: grows
+  REQUIRE(c.capacity() == 4);
+}
+
 TEST_CASE("two caches fed the same operations agree on every bit", "[unit]") {
   // What keeps the ranks' bit vectors aligned: growth and eviction depend only on the puts,
   // touches and erasures, never on the order in which a rank submitted.

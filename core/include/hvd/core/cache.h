@@ -26,7 +26,9 @@ namespace hvd::core {
 /// 64-bit hashes). Putting one of them again into a full cache means the names in use do not
 /// fit (a step with more tensors than entries evicts its own names cyclically, and nothing
 /// would ever hit): the capacity then doubles, up to max_capacity(). Names used once (never
-/// put again) never make it grow.
+/// put again) never make it grow. So too when the entry to evict belongs to the group being
+/// put: a grouped allreduce is cached whole or not at all (Controller), so a group larger than
+/// the cache would otherwise never be cached.
 class ResponseCache {
  public:
   /// `max_capacity` (raised to `capacity` when below it) bounds growth.
@@ -57,6 +59,9 @@ class ResponseCache {
     link_newest(bit);
   }
   void erase(uint32_t bit);
+  /// erase() of an entry pushed out for want of room (a member of a group not wholly cached):
+  /// its name counts as evicted, so its return into a full cache grows it (see the class).
+  void evict(uint32_t bit);
   bool contains(uint32_t bit) const { return bit < hot_.size() && hot_[bit].used(); }
   /// The parameters cached under `bit`.
   const Request& at(uint32_t bit) const;

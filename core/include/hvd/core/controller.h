@@ -203,7 +203,7 @@ class Controller {
   /// Rank 0: the serialized response list for every rank's request list (may throw).
   std::vector<uint8_t> coordinate(const std::vector<std::vector<uint8_t>>& all,
                                   const std::vector<int>& joined);
-  void coordinator_add(const Request& r, const std::vector<int>& joined,
+  void coordinator_add(Request&& request, const std::vector<int>& joined,
                        std::vector<Response>* ready);
   bool coordinator_ready(const Pending& p, const std::vector<int>& joined) const;
   void coordinator_sweep(const std::vector<int>& joined, std::vector<Response>* ready);
@@ -332,6 +332,7 @@ class Controller {
     std::vector<int32_t> sizes;  // per rank: members it says the group has (0: none seen yet)
     std::vector<int32_t> seen;   // per rank: members received
     bool mismatched = false;     // ranks disagree on the number of members
+    int32_t first_size = 0;      // the number of members the first request said
     OpType op = OpType::kAllreduce;
   };
   std::unordered_map<std::string, Group> groups_;
