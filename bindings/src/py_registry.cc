@@ -66,8 +66,15 @@ class PyGradParam : public GradParam {
       return {};
     }
   }
-  void reattach() override { call("reattach"); }
-  void leave_bucket() override { call("leave_bucket"); }
+  void reattach() override {
+    if (in_bucket_) call("reattach");  // nothing to do otherwise: no Python call
+  }
+  void leave_bucket() override {
+    in_bucket_ = false;
+    call("leave_bucket");
+  }
+  /// make_bucket() gave it a view.
+  void joined_bucket() { in_bucket_ = true; }
   const pyb::object& slot() const { return slot_; }
 
  private:
@@ -83,6 +90,7 @@ class PyGradParam : public GradParam {
   pyb::object slot_;
   size_t nbytes_;
   std::string describe_;
+  bool in_bucket_ = false;
 };
 
 /// A submitted reduction: the Python handle, then its result.
@@ -136,6 +144,7 @@ class PyFrontend : public optim::GradFrontend {
                      const optim::ReduceSettings&) override {
     try {
       py_make_bucket(slots_of(members), name);
+      for (GradParam* p : members) static_cast<PyGradParam*>(p)->joined_bucket();
       return Status();
     } catch (pyb::error_already_set& e) {
       return internal_error(e.what());
