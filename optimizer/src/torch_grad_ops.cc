@@ -163,10 +163,12 @@ class TorchGradParam : public GradParam {
     attach_view();
   }
   const std::shared_ptr<TorchBucket>& bucket() const { return bucket_; }
-  /// Bucket submission: .grad becomes the view (copied in if needed); the reduction works on
-  /// `wire` (the view, or its slice of a 16-bit or zero flat buffer).
+  /// Bucket submission, first: .grad becomes the view (copied in where it is not).
+  void attach_for_submit() { attach_view(); }
+  const torch::Tensor& view() const { return view_; }
+  /// Bucket submission, then: the reduction works on `wire` (the view, or its slice of a 16-bit
+  /// or zero flat buffer).
   void wire_bucket(torch::Tensor wire, bool zeros) {
-    if (!zeros) attach_view();
     wire_ = std::move(wire);
     wired_grad_ = zeros ? torch::Tensor() : view_;
     wired_version_ = view_._version();
@@ -356,7 +358,7 @@ class TorchFrontend : public GradFrontend {
     torch::Tensor wire = zeros ? torch::zeros_like(b->flat) : b->flat;
     if (!zeros) {
       // Members whose .grad is not their view (replaced, emptied, released) are copied in first.
-      for (GradParam* p : members) static_cast<TorchGradParam*>(p)->wire_bucket({}, false);
+      for (GradParam* p : members) static_cast<TorchGradParam*>(p)->attach_for_submit();
     }
     const auto st = wire.scalar_type();
     const bool wide_float = st == c10::kFloat || st == c10::kDouble;
@@ -365,10 +367,12 @@ class TorchFrontend : public GradFrontend {
     } else if (wide_float && first->compression() == Compression::kBf16) {
       wire = wire.to(c10::kBFloat16);
     }
+    const bool in_place = wire.is_same(b->flat);  // each member's wire is its view
     int64_t offset = 0;
     for (GradParam* p : members) {
       auto* tp = static_cast<TorchGradParam*>(p);
-      tp->wire_bucket(wire.narrow(0, offset, tp->numel()).view(tp->sizes()), zeros);
+      tp->wire_bucket(in_place ? tp->view() : wire.narrow(0, offset, tp->numel()).view(tp->sizes()),
+                      zeros);
       offset += tp->numel();
     }
     if (!zeros) b->own_writes = 0;

@@ -2,6 +2,8 @@
 // The gradient registry's rounds: hooks, buckets, submission, agreement, waiting and completion
 // (the state machine is described in hvd/optim/grad_registry.h).
 #include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "hvd/core/hash.h"
 #include "hvd/optim/grad_registry.h"
@@ -20,6 +22,16 @@ bool contains(const std::vector<int64_t>& v, int64_t x) {
 /// The entries reduced together with `e`: its group, or itself.
 EntryList unit_of(const std::shared_ptr<GradEntry>& e) {
   return e->group ? e->group->members : EntryList{e};
+}
+
+/// Calls fn for each entry reduced together with `e` (no copy of a bucket's member list).
+template <typename Fn>
+void for_unit(const std::shared_ptr<GradEntry>& e, Fn&& fn) {
+  if (!e->group) {
+    fn(e);
+    return;
+  }
+  for (const auto& m : e->group->members) fn(m);
 }
 
 /// Minima travel as kFlip - v in the same maximum: positive, so that a rank that joined (hvd
@@ -132,13 +144,15 @@ void GradRegistry::poll(GradEntry& e) {
     complete(e, s.ok());
     return;
   }
-  for (const auto& m : unit_of(it->second)) {  // group mates complete with it
+  for_unit(it->second, [&](const std::shared_ptr<GradEntry>& m) {  // group mates complete too
     if (m->reduction == r) complete(*m, s.ok());
-  }
+  });
 }
 
 bool GradRegistry::group_ready(const GradEntry::Group& g) const {
-  return std::all_of(g.members.begin(), g.members.end(), [](const auto& m) {
+  // From the last member: a bucket's members become ready in its order, so a scan from its end
+  // stops at once until the bucket is complete.
+  return std::all_of(g.members.rbegin(), g.members.rend(), [](const auto& m) {
     return m->state == State::kAccumulating && m->passes >= m->settings.backward_passes_per_step &&
            !m->reduction;
   });
@@ -193,12 +207,15 @@ Status GradRegistry::after_pass(const std::shared_ptr<GradEntry>& e) {
 }
 
 Status GradRegistry::ready(const std::shared_ptr<GradEntry>& e) {
-  for (const auto& m : unit_of(e)) poll(*m);
+  // Group mates share their reductions: polling one completes them all.
+  poll(*e);
+  if (e->group && !e->group->members.empty()) poll(*e->group->members.front());
   const bool busy = !e->group ? e->reduction != nullptr : !group_ready(*e->group);
   if (busy) {
     // Its name is still in flight (or, for a group, a mate is not ready): it accumulates on,
     // and is queued when the name frees (end of pass) or submitted by synchronize().
-    if (std::find(waiting_.begin(), waiting_.end(), e) == waiting_.end()) waiting_.push_back(e);
+    if (!e->waiting) waiting_.push_back(e);
+    e->waiting = true;
     return Status();
   }
   return e->group ? queue(e->group->members, e->group->name) : queue({e}, "");
@@ -222,6 +239,7 @@ Status GradRegistry::end_of_pass() {
   Status first;
   auto waiting = std::move(waiting_);
   waiting_.clear();
+  for (const auto& e : waiting) e->waiting = false;
   for (const auto& e : waiting) {
     auto it = by_key_.find(e->key);
     if (it == by_key_.end() || it->second != e) continue;  // removed meanwhile
@@ -282,12 +300,13 @@ Status GradRegistry::submit(const EntryList& entries, const std::string& group_n
 
 GradRegistry::Waits GradRegistry::in_flight(const EntryList& entries) const {
   Waits waits;
+  std::unordered_set<const GradEntry::Group*> groups;
+  std::unordered_set<const GradEntry*> listed;
   for (const auto& e : entries) {
-    for (const auto& m : unit_of(e)) {  // group mates complete with it
-      const bool listed =
-          std::any_of(waits.begin(), waits.end(), [&m](const auto& w) { return w.first == m; });
-      if (m->reduction && !listed) waits.emplace_back(m, m->reduction);
-    }
+    if (e->group && !groups.insert(e->group.get()).second) continue;  // its unit is listed
+    for_unit(e, [&](const std::shared_ptr<GradEntry>& m) {  // group mates complete with it
+      if (m->reduction && listed.insert(m.get()).second) waits.emplace_back(m, m->reduction);
+    });
   }
   return waits;
 }
@@ -296,16 +315,10 @@ Status GradRegistry::wait_and_finish(Lock& lk, const Waits& waits) {
   lk.unlock();
   Status first_error;
   std::vector<Status> status(waits.size());
+  std::unordered_map<const GradReduction*, size_t> waited;  // a shared reduction: waited once
   for (size_t i = 0; i < waits.size(); ++i) {
-    // A reduction shared by group members is waited for once.
-    bool seen = false;
-    for (size_t j = 0; j < i && !seen; ++j) {
-      if (waits[j].second == waits[i].second) {
-        status[i] = status[j];
-        seen = true;
-      }
-    }
-    if (!seen) status[i] = waits[i].second->wait();
+    auto [it, first] = waited.emplace(waits[i].second.get(), i);
+    status[i] = first ? waits[i].second->wait() : status[it->second];
     if (!status[i].ok() && first_error.ok()) first_error = status[i];
   }
   lk.relock();
@@ -427,12 +440,13 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
   // 3. In order, per unit: what this rank has, then zeros up to the target. A name is in flight
   // once: each rank waits for its previous reduction of the unit, which every rank submits in the
   // same order, so nobody waits for a rank that waits.
+  std::vector<int64_t> wants(units.size(), 0);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    wants[unit_index[i]] = std::max(wants[unit_index[i]], target[i]);
+  }
   for (size_t k = 0; k < units.size(); ++k) {
     Unit& u = units[k];
-    int64_t want = 0;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      if (unit_index[i] == k) want = std::max(want, target[i]);
-    }
+    const int64_t want = wants[k];
     auto wait_unit = [&]() -> Status {
       if (!u.members.front()->reduction) return Status();
       return wait_and_finish(lk, in_flight({u.members.front()}));

@@ -255,6 +255,7 @@ struct GradEntry {
   std::vector<int64_t> open_pending;  ///< `pending` before that pre-hook
   std::vector<int64_t> pending;       ///< owners that have not stepped on the reduced gradient
   uint64_t ready_stamp = 0;  ///< when it became ready since the last agreement (0: not yet)
+  bool waiting = false;      ///< listed in the registry's waiting_
   std::string owner_labels() const;
 };
 
