@@ -12,7 +12,7 @@ and Open MPI's are told apart. --model prints the paper model's table for ResNet
     python3 bench/scaling_fit.py [--build build] [--nps 2,3,4,6,8] [--rounds 5] [--ring]
         [--json FILE] [--from-json FILE]
     python3 bench/scaling_fit.py --model [--alpha-us 5] [--compute-ms 170] [--allreduces 2]
-        [--round-cpu-us 5.2] [--grad-bytes 102228128]
+        [--round-cpu-us 4.0] [--grad-bytes 102228128]
 
 Each round launches `mpirun -np N` once per N (N in the order given, every round), so the np
 values are interleaved in time; inside one launch, hvd and raw MPI alternate per size and per
@@ -281,7 +281,7 @@ def main():
     p.add_argument("--allreduces", type=int, default=2, help="model: allreduce calls per step")
     p.add_argument("--grad-bytes", type=int, default=RESNET50_BYTES, help="model: gradient "
                    "bytes per step (ResNet-101: 178196640)")
-    p.add_argument("--round-cpu-us", type=float, default=5.2, help="model: rank 0's CPU per "
+    p.add_argument("--round-cpu-us", type=float, default=4.0, help="model: rank 0's CPU per "
                    "cached negotiation round (hvd_control_plane_bench)")
     p.add_argument("--json", help="also write the per-launch results here")
     p.add_argument("--from-json", help="report the results --json wrote, without measuring")
