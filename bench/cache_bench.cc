@@ -5,10 +5,11 @@
 // working at every K the cost per tensor stays flat; a cache smaller than K that thrashes
 // sends every tensor through rank 0 every step ("full/step" > 0). Prints per K: the median
 // step time (slowest rank), microseconds per tensor, and negotiation rounds and full
-// (coordinator) rounds per step on rank 0.
+// (coordinator) rounds per step on rank 0. --grouped: each step is one grouped allreduce of the
+// K tensors instead (a group is cached whole or not at all).
 //
 //   mpirun -np 2 --bind-to none build/bench/hvd_cache_bench [--iters N] [--warmup N]
-//     [--sizes K,K,...]
+//     [--sizes K,K,...] [--grouped]
 #include <mpi.h>
 
 #include <cstdio>
@@ -24,18 +25,23 @@ int main(int argc, char** argv) {
   int iters = 30;
   int warmup = 5;
   std::vector<int> sizes = {256, 1000, 2000, 4000};
+  bool grouped = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
       iters = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) {
       warmup = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--grouped")) {
+      grouped = true;
     } else if (!std::strcmp(argv[i], "--sizes") && i + 1 < argc) {
       sizes.clear();
       for (char* p = std::strtok(argv[++i], ","); p; p = std::strtok(nullptr, ",")) {
         sizes.push_back(std::atoi(p));
       }
     } else {
-      std::fprintf(stderr, "usage: hvd_cache_bench [--iters N] [--warmup N] [--sizes K,...]\n");
+      std::fprintf(stderr,
+                   "usage: hvd_cache_bench [--iters N] [--warmup N] [--sizes K,...] "
+                   "[--grouped]\n");
       return 2;
     }
   }
@@ -45,9 +51,9 @@ int main(int argc, char** argv) {
   const int rank = hvd::rank();
   if (rank == 0) {
     std::printf(
-        "hvd_cache_bench: K allreduces of 16 floats per step, np=%d, %d steps after %d "
+        "hvd_cache_bench: K allreduces of 16 floats per step%s, np=%d, %d steps after %d "
         "warm-up, median of slowest rank\n",
-        hvd::size(), iters, warmup);
+        grouped ? " (one grouped allreduce)" : "", hvd::size(), iters, warmup);
     std::printf("%8s %12s %14s %12s %12s\n", "tensors", "step ms", "us/tensor", "rounds/step",
                 "full/step");
   }
@@ -59,7 +65,15 @@ int main(int argc, char** argv) {
       names.push_back("cache." + std::to_string(k) + ".layer" + std::to_string(j) + ".weight");
     }
     std::vector<hvd::Handle> hs(static_cast<size_t>(k));
+    std::vector<hvd::TensorView> views;
+    for (auto& t : ts)
+      views.emplace_back(t.data(), hvd::DataType::kFloat32, std::vector<int64_t>{kLen});
+    const std::string group = "cache." + std::to_string(k) + ".group";
     auto step = [&] {
+      if (grouped) {
+        hvd::grouped_allreduce_async(views, group, hvd::ReduceOp::kSum).wait();
+        return;
+      }
       for (int j = 0; j < k; ++j) {
         hs[static_cast<size_t>(j)] = hvd::allreduce_async(
             hvd::TensorView(ts[static_cast<size_t>(j)].data(), hvd::DataType::kFloat32, {kLen}),
