@@ -233,7 +233,10 @@ bool GradRegistry::bucket_eligible(int64_t owner, const GradEntry& e) const {
 }
 
 int64_t GradRegistry::wants_layout(int64_t owner, const EntryList& entries) const {
-  if (entries.empty() || !entries.front()->settings.bucket_view) return 0;
+  // The settings are every rank's (the first registration's): so is the answer.
+  if (std::none_of(entries.begin(), entries.end(),
+                   [](const auto& e) { return e->settings.bucket_view; }))
+    return 0;
   auto it = layouts_.find(owner);
   if (it == layouts_.end()) return kLayoutMissing;
   const Layout& l = it->second;
@@ -275,7 +278,10 @@ Status GradRegistry::relayout(int64_t owner, const EntryList& entries) {
     eligible[i] = bucket_eligible(owner, *entries[i]);
     v[n + i] = eligible[i] && !entries[i]->param->bucket_kind().empty() ? 0 : 1;
   }
-  const ReduceSettings& settings = entries.front()->settings;
+  // This owner's own settings (bucket_view_bytes): those of an entry it registered first.
+  auto own = std::find_if(entries.begin(), entries.end(),
+                          [](const auto& e) { return e->settings.bucket_view; });
+  const ReduceSettings& settings = (own == entries.end() ? entries.front() : *own)->settings;
   const int32_t set = settings.process_set;
   const uint64_t gen = ++layout_gens_[set];
   const std::string prefix = "hvd.bucket." + std::to_string(gen);
