@@ -448,3 +448,24 @@ def test_elastic_commit_restore_then_training_goes_on_as_option_off():
             assert_views(model.parameters())
         runs.append(model)
     assert_same(runs[0], runs[1])
+
+
+def test_add_param_group_joins_a_new_layout():
+    """Parameters added after the first step get a layout at a later step (views), and training
+    stays that of the option off."""
+    x, y = full_data(14)
+    runs = []
+    for wrap in (BV, {}):
+        model = mlp()
+        layers = [model[0], model[2], model[4]]
+        opt = hvd.DistributedOptimizer(sgd(layers[0].parameters()),
+                                       named_parameters=named(model), **wrap)
+        step(model, opt, shard(x), shard(y))
+        opt.add_param_group({"params": list(layers[1].parameters()) +
+                             list(layers[2].parameters())})
+        for _ in range(STEPS):
+            step(model, opt, shard(x), shard(y))
+        if wrap:
+            assert_views(model.parameters())
+        runs.append(model)
+    assert_same(runs[0], runs[1])
