@@ -30,6 +30,16 @@ class AfterPassHook : public torch::autograd::FunctionPostHook {
   std::weak_ptr<GradEntry> e_;
 };
 
+/// What a gradient `t` goes on the wire as under compression `c`: a float32/float64 tensor cast
+/// to 16 bits (kFp16, kBf16), `t` itself otherwise.
+torch::Tensor compressed(const torch::Tensor& t, Compression c) {
+  const auto st = t.scalar_type();
+  if (st != c10::kFloat && st != c10::kDouble) return t;
+  if (c == Compression::kFp16) return t.to(c10::kHalf);
+  if (c == Compression::kBf16) return t.to(c10::kBFloat16);
+  return t;
+}
+
 class TorchReduction : public GradReduction {
  public:
   TorchReduction(Handle h, std::vector<torch::Tensor> wires)
@@ -190,15 +200,8 @@ class TorchGradParam : public GradParam {
                               "' is sparse; sparse gradients are not supported by the C++ "
                               "DistributedOptimizer (use a dense embedding)");
     }
-    const auto st = g.scalar_type();
-    const bool wide_float = st == c10::kFloat || st == c10::kDouble;
-    if (wide_float && compression_ == Compression::kFp16) {
-      wire_ = g.to(c10::kHalf);
-    } else if (wide_float && compression_ == Compression::kBf16) {
-      wire_ = g.to(c10::kBFloat16);
-    } else {
-      wire_ = g.is_contiguous() ? g : g.contiguous();
-    }
+    wire_ = compressed(g, compression_);
+    if (wire_.is_same(g) && !g.is_contiguous()) wire_ = g.contiguous();
     wired_grad_ = zeros ? torch::Tensor() : g;
     wired_version_ = g._version();
     try {
@@ -360,13 +363,7 @@ class TorchFrontend : public GradFrontend {
       // Members whose .grad is not their view (replaced, emptied, released) are copied in first.
       for (GradParam* p : members) static_cast<TorchGradParam*>(p)->attach_for_submit();
     }
-    const auto st = wire.scalar_type();
-    const bool wide_float = st == c10::kFloat || st == c10::kDouble;
-    if (wide_float && first->compression() == Compression::kFp16) {
-      wire = wire.to(c10::kHalf);
-    } else if (wide_float && first->compression() == Compression::kBf16) {
-      wire = wire.to(c10::kBFloat16);
-    }
+    wire = compressed(wire, first->compression());
     const bool in_place = wire.is_same(b->flat);  // each member's wire is its view
     int64_t offset = 0;
     for (GradParam* p : members) {
