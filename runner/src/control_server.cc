@@ -64,7 +64,7 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
 
   // Queues `line` (one message, no newline) behind what is being written.
   void send(MessageKind kind, const std::string& line) {
-    if (closed_) return;
+    if (closed_ || write_failed_) return;
     if (kind == MessageKind::kPing || kind == MessageKind::kHosts) {
       // A copy still waiting (not being written) is replaced: only the latest counts.
       for (std::size_t i = in_flight_; i < queue_.size(); ++i) {
@@ -105,6 +105,24 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
     std::string data;
   };
 
+  // A write failed: the wrapper is gone (it reset the connection) or unreachable. What it sent
+  // before may still wait unread (its EXIT, written just before it ended): the read side goes on
+  // until it ends by itself, then finish() reports the wrapper. Closing here would drop that
+  // EXIT and count an exited rank as lost. A read that does not end (a peer that neither reads
+  // nor closes) is cut after kWriteFailedGrace.
+  void write_failed() {
+    write_failed_ = true;
+    queued_bytes_ = 0;
+    queue_.clear();
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    deadline_.expires_after(kWriteFailedGrace);
+    deadline_.async_wait(server_.life_.guard([self = shared_from_this()](error_code ec) {
+      if (!ec) self->close();
+    }));
+  }
+  static constexpr std::chrono::seconds kWriteFailedGrace{2};
+
   // Writes everything queued in one async_write; what is queued meanwhile waits for it.
   void write_next() {
     std::vector<asio::const_buffer> buffers;
@@ -116,10 +134,10 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
         self->queue_.pop_front();
       }
       if (ec) {
-        self->close();
+        self->write_failed();
         return;
       }
-      if (!self->queue_.empty() && !self->closed_) self->write_next();
+      if (!self->queue_.empty() && !self->closed_ && !self->write_failed_) self->write_next();
     });
   }
 
@@ -214,6 +232,7 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
   std::size_t queued_bytes_ = 0;
   std::size_t in_flight_ = 0;
   bool closed_ = false;
+  bool write_failed_ = false;  // see write_failed()
   bool authenticated_ = false;
   int rank_ = -1;
   std::string host_;

@@ -31,6 +31,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hvd_catch.h"
@@ -604,5 +605,34 @@ TEST_CASE("an accept without a free descriptor neither spins nor stops accepting
   REQUIRE(setrlimit(RLIMIT_NOFILE, &saved) == 0);
   CHECK(ev.seen == std::vector<std::string>{"hello 0", "hello 1"});
   CHECK(closed_by_server(io, silent, milliseconds(500)));
+  server.stop();
+}
+
+// The wrapper of a killed rank reports EXIT and is gone before hvdrun's next message to it
+// (a TERM of the generation's stop, a PING) is written: that write fails. The EXIT already
+// received must still be reported, with its code, and the close as an exit: an elastic hvdrun
+// blames (and blacklists) the killed rank's host from it. Before the fix, the write's error
+// closed the connection first and the rank counted as lost without a code.
+TEST_CASE("an EXIT received before a failed write to its wrapper is still reported", "[local]") {
+  asio::io_context io;
+  ControlServer server(io, "tok");
+  Events ev;
+  server.set_handlers(ev.handlers());
+  server.start();
+  Client c(io, server.port());
+  c.say("HELLO tok 1 hostA 100 0");
+  REQUIRE(run_until(
+      io, [&] { return ev.seen.size() == 1; }, milliseconds(5000)));
+  server.broadcast(MessageKind::kTerm);  // left unread: the wrapper's close resets the connection
+  run_for(io, milliseconds(50));
+  c.say("EXIT tok 1 hostA 137");
+  c.socket.close();
+  // The EXIT and the reset reach hvdrun's socket before its loop runs again; the write below
+  // then fails at once and its handler runs before the read's.
+  std::this_thread::sleep_for(milliseconds(100));
+  server.broadcast(MessageKind::kTerm);
+  run_until(
+      io, [&] { return ev.seen.size() >= 3; }, milliseconds(3000));
+  CHECK(ev.seen == std::vector<std::string>{"hello 1", "exit 1", "close 1 exited"});
   server.stop();
 }
