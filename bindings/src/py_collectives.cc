@@ -134,9 +134,9 @@ bool int_arg(PyObject* o, T* out) {
 /// A reduce op code as the enum; a Python ValueError for any other value (the enum is 8 bits:
 /// an unchecked cast would turn 256 into Sum).
 ReduceOp reduce_op_arg(int op) {
-  if (op < 0 || op > static_cast<int>(ReduceOp::kProduct)) {
+  if (op < 0 || op > static_cast<int>(ReduceOp::kAdasum)) {
     throw pyb::value_error("hvd: reduce op " + std::to_string(op) +
-                           " is not one of Sum, Average, Min, Max, Product (0-4)");
+                           " is not one of Sum, Average, Min, Max, Product, Adasum (0-5)");
   }
   return static_cast<ReduceOp>(op);
 }

@@ -74,7 +74,7 @@ namespace {
 constexpr uint32_t kRequestMagic = 0x68764451;   // "hvDQ"
 constexpr uint32_t kResponseMagic = 0x68764452;  // "hvDR"
 constexpr uint8_t kMaxOp = static_cast<uint8_t>(OpType::kRemoveProcessSet);
-constexpr uint8_t kMaxReduce = static_cast<uint8_t>(ReduceOp::kProduct);
+constexpr uint8_t kMaxReduce = static_cast<uint8_t>(ReduceOp::kAdasum);
 
 // Writer and Reader share one field() vocabulary, so each message lists its fields once
 // (fields() below) for both directions. Writer::field always succeeds.

@@ -51,6 +51,8 @@ const char* reduce_op_name(ReduceOp op) {
       return "Max";
     case ReduceOp::kProduct:
       return "Product";
+    case ReduceOp::kAdasum:
+      return "Adasum";
   }
   return "invalid";
 }

@@ -184,7 +184,7 @@ std::string group_size_error(OpType op, const std::string& group,
   return msg;
 }
 
-constexpr int kMaxReduceOp = static_cast<int>(ReduceOp::kProduct);
+constexpr int kMaxReduceOp = static_cast<int>(ReduceOp::kAdasum);
 
 Status validate_local(const Request& r, int set_size) {
   // Cheap checks first: this runs for every submitted tensor, so the message is built only
@@ -193,7 +193,7 @@ Status validate_local(const Request& r, int set_size) {
   bool suspicious = (r.op == OpType::kBroadcast && (r.root < 0 || r.root >= set_size)) ||
                     (reduce && (r.dtype == DataType::kBool || !std::isfinite(r.prescale) ||
                                 static_cast<unsigned>(r.reduce_op) > kMaxReduceOp ||
-                                !std::isfinite(r.postscale) ||
+                                r.reduce_op == ReduceOp::kAdasum || !std::isfinite(r.postscale) ||
                                 (r.op == OpType::kReducescatter && r.reduce_op != ReduceOp::kSum &&
                                  r.reduce_op != ReduceOp::kAverage))) ||
                     r.op == OpType::kAlltoall || r.op == OpType::kAllgather ||
@@ -209,7 +209,18 @@ Status validate_local(const Request& r, int set_size) {
   if (r.op == OpType::kAllreduce || r.op == OpType::kReducescatter) {
     if (static_cast<int>(r.reduce_op) > kMaxReduceOp) {
       return invalid_argument(who + ": reduce op " + std::to_string(static_cast<int>(r.reduce_op)) +
-                              " is not one of Sum, Average, Min, Max, Product (0-4)");
+                              " is not one of Sum, Average, Min, Max, Product, Adasum (0-5)");
+    }
+    if (r.reduce_op == ReduceOp::kAdasum && !dtype_is_floating(r.dtype)) {
+      return invalid_argument(who + ": Adasum reduces float16, bfloat16, float32 and float64 " +
+                              "tensors, not " + dtype_name(r.dtype) + " (use Sum or Average)");
+    }
+    // Every rank of the set knows its size: all refuse together.
+    if (r.op == OpType::kAllreduce && r.reduce_op == ReduceOp::kAdasum &&
+        (set_size & (set_size - 1)) != 0) {
+      return invalid_argument(who + ": Adasum needs a power-of-two number of ranks, but the " +
+                              "process set has " + std::to_string(set_size) +
+                              " (run on 1, 2, 4, 8, ... ranks or use a process set of that size)");
     }
     if (r.dtype == DataType::kBool) {
       return invalid_argument(who + ": dtype bool cannot be reduced (use uint8)");

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "hvd/core/timeline.h"
+#include "hvd/ops/adasum.h"
 #include "hvd/ops/cpu_kernels.h"
 #include "hvd/ops/mpi_util.h"
 
@@ -114,7 +115,49 @@ Status MpiExecutor::reduce_buffer(void* data, int64_t count, MPI_Datatype type, 
   return Status::OK();
 }
 
+Status MpiExecutor::adasum(const Response& r, const std::vector<TensorEntry*>& entries) {
+  const DataType dt = r.dtype;
+  const size_t es = dtype_size(dt);
+  std::vector<int64_t> counts;
+  counts.reserve(entries.size());
+  size_t total = 0;
+  for (auto* e : entries) {
+    counts.push_back(e->input.numel());
+    total += e->input.bytes();
+  }
+  // One tensor in its output; several laid end to end in the fusion buffer (the dot products
+  // need each whole tensor at once, so the batch is not sliced).
+  const bool fused = entries.size() > 1;
+  uint8_t* buf = fused ? fusion_buffer(total) : static_cast<uint8_t*>(entries[0]->output.data);
+  {
+    core::PhaseScope copy(core::Phase::kCopyIn);
+    size_t off = 0;
+    for (auto* e : entries) {
+      const size_t b = e->input.bytes();
+      if (buf + off != e->input.data && b) std::memcpy(buf + off, e->input.data, b);
+      scale_in_place(buf + off, dt, e->input.numel(), r.prescale);
+      off += b;
+    }
+  }
+  {
+    core::PhaseScope call(core::Phase::kCollective, "Adasum (MPI_Isend/MPI_Irecv)");
+    HVD_RETURN_IF_ERROR(adasum_allreduce(buf, counts, dt, comm_, should_abort_, &abandoned_));
+  }
+  core::PhaseScope copy(core::Phase::kCopyOut);
+  size_t off = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    TensorEntry* e = entries[i];
+    if (fused && counts[i]) {
+      std::memcpy(e->output.data, buf + off, static_cast<size_t>(counts[i]) * es);
+    }
+    scale_in_place(e->output.data, dt, counts[i], r.postscale);
+    off += static_cast<size_t>(counts[i]) * es;
+  }
+  return Status::OK();
+}
+
 Status MpiExecutor::allreduce(const Response& r, const std::vector<TensorEntry*>& entries) {
+  if (r.reduce_op == ReduceOp::kAdasum) return adasum(r, entries);
   const DataType dt = r.dtype;
   // Average divides by the set size, as Horovod: joined ranks contribute zeros.
   const double post = r.postscale / (r.reduce_op == ReduceOp::kAverage ? size_ : 1);

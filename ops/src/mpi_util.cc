@@ -54,6 +54,7 @@ MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
+    case ReduceOp::kAdasum:  // not an MPI reduction: adasum_allreduce (mpi_adasum.cc) runs it
       return MPI_SUM;
     case ReduceOp::kMin:
       return MPI_MIN;

@@ -35,13 +35,14 @@ inline double reduce_input(hvd::ReduceOp op, int r, int64_t i, int period) {
 }
 
 /// The closed-form reduction over n ranks of reduce_input(op, r, i, period); integer Average
-/// truncates.
+/// truncates. The inputs of the ranks are parallel vectors, whose Adasum is their average.
 inline double reduce_expected(hvd::ReduceOp op, hvd::DataType t, int n, int64_t i, int period) {
   const double k = static_cast<double>((i % period) + 1);
   switch (op) {
     case hvd::ReduceOp::kSum:
       return k * n * (n + 1) / 2;
-    case hvd::ReduceOp::kAverage: {
+    case hvd::ReduceOp::kAverage:
+    case hvd::ReduceOp::kAdasum: {
       const double avg = k * (n + 1) / 2.0;
       return hvd::dtype_is_floating(t) ? avg : static_cast<double>(static_cast<int64_t>(avg));
     }

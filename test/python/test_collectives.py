@@ -174,19 +174,24 @@ def test_deprecated_average_argument_selects_average_or_sum_and_warns():
         hvd.allreduce(x, average=True, op=hvd.Sum)
 
 
-def test_adasum_is_not_implemented_and_unknown_ops_are_rejected():
-    x = torch.ones(2)
-    for call in (lambda: hvd.allreduce(x, op=hvd.Adasum),
-                 lambda: hvd.allreduce_async(x, op=hvd.Adasum),
-                 lambda: hvd.allreduce_(x, op=hvd.Adasum),
-                 lambda: hvd.grouped_allreduce([x], op=hvd.Adasum),
-                 lambda: hvd.reducescatter(x, op=hvd.Adasum)):
+def test_adasum_runs_in_every_allreduce_form_and_reducescatter_refuses_it():
+    # Every rank holds the same vector: its Adasum is that vector (test_adasum.py has the rest).
+    x = torch.tensor([1.0, -2.0])
+    for result in (lambda: hvd.allreduce(x, op=hvd.Adasum),
+                   lambda: hvd.synchronize(hvd.allreduce_async(x, op=hvd.Adasum)),
+                   lambda: hvd.allreduce_(x.clone(), op=hvd.Adasum),
+                   lambda: hvd.synchronize(hvd.allreduce_async_(x.clone(), op=hvd.Adasum)),
+                   lambda: hvd.grouped_allreduce([x], op=hvd.Adasum)[0],
+                   lambda: hvd.grouped_allreduce_([x.clone()], op=hvd.Adasum)[0]):
+        assert_values(result(), [1.0, -2.0], torch.float32)
+    for call in (lambda: hvd.reducescatter(x, op=hvd.Adasum),
+                 lambda: hvd.grouped_reducescatter([x], op=hvd.Adasum)):
         with pytest.raises(NotImplementedError, match="Adasum"):
             call()
     with pytest.raises(ValueError, match="unknown reduction op"):
         hvd.allreduce(x, op=17)
     # Nothing was submitted: the next collective runs.
-    assert_values(hvd.allreduce(x, op=hvd.Sum), [N, N], torch.float32)
+    assert_values(hvd.allreduce(x, op=hvd.Sum), [N, -2 * N], torch.float32)
 
 
 @pytest.mark.parametrize("op", ["Sum", "Average"], ids=str)

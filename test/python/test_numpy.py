@@ -330,8 +330,11 @@ def test_errors():
         hvd.allreduce_(ro)
     with pytest.raises(TypeError, match="numpy array"):
         hvd.broadcast_([1.0, 2.0], 0)
+    check(hvd.allreduce(np.ones(2), op=hvd.Adasum), [1, 1], np.float64)  # equal: the vector
+    with pytest.raises(hvd.HorovodInternalError, match="Adasum reduces float16"):
+        hvd.allreduce(np.ones(2, np.int32), op=hvd.Adasum)
     with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.allreduce(np.ones(2), op=hvd.Adasum)
+        hvd.reducescatter(np.ones(2), op=hvd.Adasum)
     with pytest.raises(ValueError, match="Sum or Average"):
         hvd.reducescatter(np.ones(2), op=hvd.Min)
     with pytest.raises(hvd.HorovodInternalError, match="bool"):
@@ -355,8 +358,9 @@ ONE_RANK_MISTAKES = [
      lambda n: hvd.allreduce(np.ones(4, ">f4"), name=n), ValueError, "not supported"),
     ("invalid op", lambda n: hvd.allreduce(np.ones(4), name=n, op=hvd.Sum),
      lambda n: hvd.allreduce(np.ones(4), name=n, op=99), ValueError, "unknown reduction op"),
-    ("Adasum", lambda n: hvd.allreduce(np.ones(4), name=n, op=hvd.Sum),
-     lambda n: hvd.allreduce(np.ones(4), name=n, op=hvd.Adasum), NotImplementedError, "Adasum"),
+    ("Adasum of ints", lambda n: hvd.allreduce(np.ones(4, np.int32), name=n, op=hvd.Sum),
+     lambda n: hvd.allreduce(np.ones(4, np.int32), name=n, op=hvd.Adasum),
+     hvd.HorovodInternalError, "Adasum"),
     ("not an array, in place", lambda n: hvd.broadcast_(np.ones(4), 0, name=n),
      lambda n: hvd.broadcast_([1.0] * 4, 0, name=n), TypeError, "numpy array"),
     ("read-only, in place", lambda n: hvd.allreduce_(np.ones(4), name=n),

@@ -215,6 +215,7 @@ struct Soak {
       case ReduceOp::kSum:
         return k * m * (m + 1) / 2;
       case ReduceOp::kAverage:
+      case ReduceOp::kAdasum:  // of parallel vectors: their average
         return k * (m + 1) / 2.0;
       case ReduceOp::kMin:
         return k;

@@ -14,18 +14,17 @@ Average = 1
 Min = 2
 Max = 3
 Product = 4
-Adasum = 5  # accepted as a name; using it raises NotImplementedError
+Adasum = 5  # allreduce (float tensors, a power-of-two number of ranks); not reducescatter
 
 _OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product",
              Adasum: "Adasum"}
 
 
 def check_op(op):
-    """Returns the core's code for `op`; raises for Adasum and unknown ops."""
-    if op == Adasum:
-        raise NotImplementedError("hvd does not implement Adasum; use op=hvd.Average or hvd.Sum")
+    """Returns the core's code for `op`; raises ValueError for an unknown op."""
     if op not in _OP_NAMES:
-        raise ValueError(f"unknown reduction op {op!r}; use hvd.Sum, Average, Min, Max or Product")
+        raise ValueError(f"unknown reduction op {op!r}; use hvd.Sum, Average, Min, Max, Product "
+                         "or Adasum")
     return op
 
 

@@ -22,8 +22,12 @@ def reduce_op(average, op, fn):
 
 
 def reducescatter_op(op):
-    """reducescatter's op: Sum or Average (None means Average)."""
+    """reducescatter's op: Sum or Average (None means Average); Adasum raises
+    NotImplementedError, as Horovod's."""
     op = basics.check_op(Average if op is None else op)
+    if op == basics.Adasum:
+        raise NotImplementedError("reducescatter does not support Adasum; use op=hvd.Sum or "
+                                  "hvd.Average (Adasum is for allreduce)")
     if op not in (Sum, Average):
         raise ValueError("reducescatter supports op=Sum or Average")
     return op

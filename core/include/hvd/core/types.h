@@ -51,8 +51,10 @@ const char* dtype_name(DataType t);
 bool dtype_is_floating(DataType t);
 bool dtype_valid(int raw);
 
-/// Reductions for allreduce / reducescatter.
-enum class ReduceOp : uint8_t { kSum = 0, kAverage, kMin, kMax, kProduct };
+/// Reductions for allreduce / reducescatter. Numbering is part of the wire format (and of the
+/// Python constants): append only. kAdasum: adaptive summation (Maleki et al., MLSys 2021) of
+/// float tensors, allreduce only, over a power-of-two number of ranks (docs/cpp-api.md).
+enum class ReduceOp : uint8_t { kSum = 0, kAverage, kMin, kMax, kProduct, kAdasum };
 const char* reduce_op_name(ReduceOp op);
 
 enum class DeviceKind : uint8_t { kHost = 0, kCuda = 1 };

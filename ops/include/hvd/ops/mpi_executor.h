@@ -27,6 +27,10 @@ namespace hvd::ops {
 /// `rows / size` (so with fewer rows than ranks the last ranks get empty slices).
 /// Joined ranks (Response::joined) are not counted when averaging.
 ///
+/// Adasum (ReduceOp::kAdasum): adasum_allreduce (adasum.h) on the output of a single tensor, or
+/// on the whole fused batch laid out tensor after tensor in the fusion buffer (each tensor with
+/// its own dot products), prescale applied before and postscale after, as for Sum.
+///
 /// Buffers: a fused allreduce (float16/bfloat16 through float32 too) uses one slice of
 /// kFusedSlice bytes, however large its tensors; the ring stages at most its largest chunk and
 /// fused allgathers their whole output. A buffer grown past kFusedSlice is released by the first
@@ -61,6 +65,7 @@ class MpiExecutor : public core::Executor {
   Status allgather(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
   Status alltoall(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
   Status reducescatter(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
+  Status adasum(const core::Response& r, const std::vector<core::TensorEntry*>& entries);
   /// Fused allreduce of native dtypes by ring reduce-scatter + allgather over point-to-point
   /// messages straight between the tensors (mpi_ring.cc): no copy into a fusion buffer.
   Status ring_allreduce(const core::Response& r, const std::vector<core::TensorEntry*>& entries,
