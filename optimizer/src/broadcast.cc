@@ -13,8 +13,12 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
-#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "hvd/core/status.h"
 #include "hvd/hvd.h"
@@ -24,30 +28,44 @@
 namespace hvd::optim {
 namespace {
 
-std::atomic<uint64_t> g_object_counter{0};
-std::atomic<uint64_t> g_state_counter{0};
+/// "<prefix>.<n>" with the next number of (process set, prefix): the automatic names of unnamed
+/// broadcast_object and broadcast_optimizer_state calls. Counted per set, since only a set's
+/// members make its calls: the ranks of each set then number them alike.
+std::string next_name(const char* prefix, const ProcessSet& ps) {
+  static std::mutex mu;
+  static std::map<std::pair<int32_t, std::string>, uint64_t> counters;
+  uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    n = counters[{ps.id(), prefix}]++;
+  }
+  return std::string(prefix) + "." + std::to_string(n);
+}
 
 }  // namespace
 
-void broadcast_parameters(const NamedTensors& named_tensors, int root_rank) {
+void broadcast_parameters(const NamedTensors& named_tensors, int root_rank,
+                          const ProcessSet& process_set) {
   std::vector<TorchHandle> handles;
   handles.reserve(named_tensors.size());
   for (const auto& [name, t] : named_tensors) {
     if (!t.defined()) continue;
-    handles.push_back(broadcast_async_(t.detach(), root_rank, "broadcast_parameters." + name));
+    handles.push_back(
+        broadcast_async_(t.detach(), root_rank, "broadcast_parameters." + name, process_set));
   }
   for (auto& h : handles) h.wait();
 }
 
 void broadcast_parameters(const torch::OrderedDict<std::string, torch::Tensor>& state_dict,
-                          int root_rank) {
+                          int root_rank, const ProcessSet& process_set) {
   NamedTensors named;
   named.reserve(state_dict.size());
   for (const auto& item : state_dict) named.emplace_back(item.key(), item.value());
-  broadcast_parameters(named, root_rank);
+  broadcast_parameters(named, root_rank, process_set);
 }
 
-void broadcast_parameters(const torch::nn::Module& module, int root_rank) {
+void broadcast_parameters(const torch::nn::Module& module, int root_rank,
+                          const ProcessSet& process_set) {
   NamedTensors named;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     named.emplace_back("param." + item.key(), item.value());
@@ -55,32 +73,32 @@ void broadcast_parameters(const torch::nn::Module& module, int root_rank) {
   for (const auto& item : module.named_buffers(/*recurse=*/true)) {
     named.emplace_back("buffer." + item.key(), item.value());
   }
-  broadcast_parameters(named, root_rank);
+  broadcast_parameters(named, root_rank, process_set);
 }
 
 std::vector<char> broadcast_bytes(const std::vector<char>& bytes, int root_rank,
-                                  const std::string& name) {
-  const std::string base =
-      name.empty() ? "broadcast_object." + std::to_string(g_object_counter++) : name;
+                                  const std::string& name, const ProcessSet& process_set) {
+  const std::string base = name.empty() ? next_name("broadcast_object", process_set) : name;
   const bool root = hvd::rank() == root_rank;
   torch::Tensor size = torch::tensor({static_cast<int64_t>(root ? bytes.size() : 0)}, torch::kLong);
-  broadcast_(size, root_rank, base + ".size");
+  broadcast_(size, root_rank, base + ".size", process_set);
   const int64_t n = size.item<int64_t>();
   torch::Tensor data = torch::empty({n}, torch::kByte);
   if (root && n > 0) std::memcpy(data.data_ptr(), bytes.data(), static_cast<size_t>(n));
-  broadcast_(data, root_rank, base + ".data");
+  broadcast_(data, root_rank, base + ".data", process_set);
   const char* p = static_cast<const char*>(data.data_ptr());
   return std::vector<char>(p, p + n);
 }
 
-void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank) {
-  const std::string name = "broadcast_optimizer_state." + std::to_string(g_state_counter++);
+void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank,
+                               const ProcessSet& process_set) {
+  const std::string name = next_name("broadcast_optimizer_state", process_set);
   std::vector<char> bytes;
   if (hvd::rank() == root_rank) {
     const std::string s = detail::save_optimizer(optimizer);
     bytes.assign(s.begin(), s.end());
   }
-  bytes = broadcast_bytes(bytes, root_rank, name);
+  bytes = broadcast_bytes(bytes, root_rank, name, process_set);
   if (hvd::rank() == root_rank) return;
   detail::load_optimizer(optimizer, std::string(bytes.begin(), bytes.end()),
                          "broadcast_optimizer_state: rank " + std::to_string(hvd::rank()) +

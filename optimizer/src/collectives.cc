@@ -33,10 +33,10 @@ TensorView stage(detail::TorchHandleState& st, const torch::Tensor& t, bool in_p
 }
 
 TorchHandle allreduce_impl(const torch::Tensor& t, const std::string& name, ReduceOp op, double pre,
-                           double post, bool in_place) {
+                           double post, const ProcessSet& ps, bool in_place) {
   auto st = std::make_shared<detail::TorchHandleState>();
   const std::string what = detail::call_label("allreduce", name);
-  auto [in, out] = detail::refusing("allreduce", name, 0, ProcessSet(), [&] {
+  auto [in, out] = detail::refusing("allreduce", name, 0, ps, [&] {
     TensorView in = stage(*st, t, in_place, what);
     if (in_place) return std::make_pair(in, TensorView());
     torch::Tensor o =
@@ -44,16 +44,16 @@ TorchHandle allreduce_impl(const torch::Tensor& t, const std::string& name, Redu
     st->outputs.push_back(o);
     return std::make_pair(in, to_view(o, what));
   });
-  st->handle = in_place ? hvd::allreduce_async(in, name, op, pre, post)
-                        : hvd::allreduce_async(in, out, name, op, pre, post);
+  st->handle = in_place ? hvd::allreduce_async(in, name, op, pre, post, ps)
+                        : hvd::allreduce_async(in, out, name, op, pre, post, ps);
   return TorchHandle(st);
 }
 
 TorchHandle grouped_impl(const std::vector<torch::Tensor>& ts, const std::string& name, ReduceOp op,
-                         double pre, double post, bool in_place) {
+                         double pre, double post, const ProcessSet& ps, bool in_place) {
   auto st = std::make_shared<detail::TorchHandleState>();
   std::vector<TensorView> views =
-      detail::refusing("allreduce", name, static_cast<int>(ts.size()), ProcessSet(), [&] {
+      detail::refusing("allreduce", name, static_cast<int>(ts.size()), ps, [&] {
         std::vector<TensorView> vs;
         vs.reserve(ts.size());
         for (size_t i = 0; i < ts.size(); ++i) {
@@ -69,21 +69,21 @@ TorchHandle grouped_impl(const std::vector<torch::Tensor>& ts, const std::string
         }
         return vs;
       });
-  st->handle = hvd::grouped_allreduce_async(views, name, op, pre, post);
+  st->handle = hvd::grouped_allreduce_async(views, name, op, pre, post, ps);
   return TorchHandle(st);
 }
 
 TorchHandle broadcast_impl(const torch::Tensor& t, int root, const std::string& name,
-                           bool in_place) {
+                           const ProcessSet& ps, bool in_place) {
   auto st = std::make_shared<detail::TorchHandleState>();
   const std::string what = detail::call_label("broadcast", name);
-  TensorView view = detail::refusing("broadcast", name, 0, ProcessSet(), [&] {
+  TensorView view = detail::refusing("broadcast", name, 0, ps, [&] {
     if (in_place) return stage(*st, t, true, what);
     torch::Tensor out = as_contiguous(t, what).clone();
     st->outputs.push_back(out);
     return to_view(out, what);
   });
-  st->handle = hvd::broadcast_async(view, root, name);
+  st->handle = hvd::broadcast_async(view, root, name, ps);
   return TorchHandle(st);
 }
 
@@ -207,53 +207,64 @@ torch::Tensor TorchHandle::wait() const {
 }
 
 TorchHandle allreduce_async(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
-                            double prescale_factor, double postscale_factor) {
-  return allreduce_impl(tensor, name, op, prescale_factor, postscale_factor, false);
+                            double prescale_factor, double postscale_factor,
+                            const ProcessSet& process_set) {
+  return allreduce_impl(tensor, name, op, prescale_factor, postscale_factor, process_set, false);
 }
 TorchHandle allreduce_async_(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
-                             double prescale_factor, double postscale_factor) {
-  return allreduce_impl(tensor, name, op, prescale_factor, postscale_factor, true);
+                             double prescale_factor, double postscale_factor,
+                             const ProcessSet& process_set) {
+  return allreduce_impl(tensor, name, op, prescale_factor, postscale_factor, process_set, true);
 }
 torch::Tensor allreduce(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
-                        double prescale_factor, double postscale_factor) {
-  return allreduce_async(tensor, name, op, prescale_factor, postscale_factor).wait();
+                        double prescale_factor, double postscale_factor,
+                        const ProcessSet& process_set) {
+  return allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set).wait();
 }
 void allreduce_(const torch::Tensor& tensor, const std::string& name, ReduceOp op,
-                double prescale_factor, double postscale_factor) {
-  allreduce_async_(tensor, name, op, prescale_factor, postscale_factor).wait();
+                double prescale_factor, double postscale_factor, const ProcessSet& process_set) {
+  allreduce_async_(tensor, name, op, prescale_factor, postscale_factor, process_set).wait();
 }
 
 TorchHandle grouped_allreduce_async(const std::vector<torch::Tensor>& tensors,
                                     const std::string& name, ReduceOp op, double prescale_factor,
-                                    double postscale_factor) {
-  return grouped_impl(tensors, name, op, prescale_factor, postscale_factor, false);
+                                    double postscale_factor, const ProcessSet& process_set) {
+  return grouped_impl(tensors, name, op, prescale_factor, postscale_factor, process_set, false);
 }
 TorchHandle grouped_allreduce_async_(const std::vector<torch::Tensor>& tensors,
                                      const std::string& name, ReduceOp op, double prescale_factor,
-                                     double postscale_factor) {
-  return grouped_impl(tensors, name, op, prescale_factor, postscale_factor, true);
+                                     double postscale_factor, const ProcessSet& process_set) {
+  return grouped_impl(tensors, name, op, prescale_factor, postscale_factor, process_set, true);
 }
 std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
                                              const std::string& name, ReduceOp op,
-                                             double prescale_factor, double postscale_factor) {
-  return grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor).wait_all();
+                                             double prescale_factor, double postscale_factor,
+                                             const ProcessSet& process_set) {
+  return grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor, process_set)
+      .wait_all();
 }
 void grouped_allreduce_(const std::vector<torch::Tensor>& tensors, const std::string& name,
-                        ReduceOp op, double prescale_factor, double postscale_factor) {
-  grouped_allreduce_async_(tensors, name, op, prescale_factor, postscale_factor).wait_all();
+                        ReduceOp op, double prescale_factor, double postscale_factor,
+                        const ProcessSet& process_set) {
+  grouped_allreduce_async_(tensors, name, op, prescale_factor, postscale_factor, process_set)
+      .wait_all();
 }
 
-TorchHandle broadcast_async(const torch::Tensor& tensor, int root_rank, const std::string& name) {
-  return broadcast_impl(tensor, root_rank, name, false);
+TorchHandle broadcast_async(const torch::Tensor& tensor, int root_rank, const std::string& name,
+                            const ProcessSet& process_set) {
+  return broadcast_impl(tensor, root_rank, name, process_set, false);
 }
-TorchHandle broadcast_async_(const torch::Tensor& tensor, int root_rank, const std::string& name) {
-  return broadcast_impl(tensor, root_rank, name, true);
+TorchHandle broadcast_async_(const torch::Tensor& tensor, int root_rank, const std::string& name,
+                             const ProcessSet& process_set) {
+  return broadcast_impl(tensor, root_rank, name, process_set, true);
 }
-torch::Tensor broadcast(const torch::Tensor& tensor, int root_rank, const std::string& name) {
-  return broadcast_async(tensor, root_rank, name).wait();
+torch::Tensor broadcast(const torch::Tensor& tensor, int root_rank, const std::string& name,
+                        const ProcessSet& process_set) {
+  return broadcast_async(tensor, root_rank, name, process_set).wait();
 }
-void broadcast_(const torch::Tensor& tensor, int root_rank, const std::string& name) {
-  broadcast_async_(tensor, root_rank, name).wait();
+void broadcast_(const torch::Tensor& tensor, int root_rank, const std::string& name,
+                const ProcessSet& process_set) {
+  broadcast_async_(tensor, root_rank, name, process_set).wait();
 }
 
 bool poll(const TorchHandle& handle) { return handle.poll(); }
