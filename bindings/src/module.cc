@@ -12,8 +12,10 @@
 #include <pybind11/stl.h>
 
 #include <new>
+#include <optional>
 
 #include "hvd/hvd.h"
+#include "hvd/mpi.h"
 #include "py_collectives.h"
 #include "py_elastic.h"
 #include "py_handle.h"
@@ -23,13 +25,23 @@ namespace hvd::py {
 namespace {
 
 void bind_lifecycle(pyb::module_& m) {
+  // `comm_f2c`: the Fortran handle of an mpi4py communicator (comm.py2f(), portable across MPI
+  // implementations); `world_ranks`: Horovod's list form. Neither: MPI_COMM_WORLD.
   m.def(
       "init",
-      [](const std::vector<std::vector<int>>& process_sets) {
+      [](const std::vector<std::vector<int>>& process_sets, std::optional<int64_t> comm_f2c,
+         const std::optional<std::vector<int>>& world_ranks) {
         pyb::gil_scoped_release nogil;
-        hvd::init(process_sets);
+        if (comm_f2c) {
+          hvd::init(MPI_Comm_f2c(static_cast<MPI_Fint>(*comm_f2c)), process_sets);
+        } else if (world_ranks) {
+          hvd::init_on_ranks(*world_ranks, process_sets);
+        } else {
+          hvd::init(process_sets);
+        }
       },
-      pyb::arg("process_sets") = std::vector<std::vector<int>>{});
+      pyb::arg("process_sets") = std::vector<std::vector<int>>{},
+      pyb::arg("comm_f2c") = std::nullopt, pyb::arg("world_ranks") = std::nullopt);
   m.def("shutdown", []() {
     {
       pyb::gil_scoped_release nogil;

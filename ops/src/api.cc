@@ -12,10 +12,13 @@
 #include <thread>
 
 #include "api_internal.h"
+#include "api_job.h"
+#include "hvd/core/elastic_config.h"
 #include "hvd/core/logging.h"
 #include "hvd/core/runtime.h"
 #include "hvd/core/validation.h"
 #include "hvd/hvd.h"
+#include "hvd/mpi.h"
 #include "hvd/ops/device.h"
 #include "hvd/ops/gpu_module.h"
 #include "hvd/ops/mpi_executor.h"
@@ -49,6 +52,9 @@ struct Global {
   bool atexit_registered = false;
   bool peer_died = false;  // MPI_Finalize would wait for the dead rank: skip it
   MPI_Comm negotiation = MPI_COMM_NULL, data = MPI_COMM_NULL;
+  // The MPI_COMM_WORLD rank of each of hvd's ranks while initialised: an init() naming another
+  // job is refused, not ignored.
+  std::vector<int> job_world_ranks;
   std::mutex names_mu;
   std::map<std::pair<int32_t, int>, uint64_t> counters;  // (process set, op) -> unnamed calls
 };
@@ -166,43 +172,57 @@ void at_exit() {
   if (s.we_initialized_mpi && !finalized && !s.peer_died) MPI_Finalize();
 }
 
-Status init_locked(Global& s) {
+// Initialises MPI unless someone did (then finalising it is theirs); returns the thread level.
+Status init_mpi(Global& s, int* provided) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  *provided = MPI_THREAD_SINGLE;
+  if (!inited) {
+    HVD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, provided));
+    s.we_initialized_mpi = true;
+  } else {
+    MPI_Query_thread(provided);
+  }
+  if (!s.atexit_registered) {
+    std::atexit(at_exit);
+    s.atexit_registered = true;
+  }
+  return Status::OK();
+}
+
+Status init_locked(Global& s, const detail::JobSpec& job) {
   std::vector<std::string> unknown;
   auto cfg = core::Config::from_process_env(&unknown);
   if (!cfg.ok()) return cfg.status();
   core::set_log_level(cfg.value().log_level);
 
   Topology t;
-  int inited = 0;
-  MPI_Initialized(&inited);
   int provided = MPI_THREAD_SINGLE;
-  if (!inited) {
-    HVD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
-    s.we_initialized_mpi = true;
-  } else {
-    MPI_Query_thread(&provided);
-  }
+  HVD_RETURN_IF_ERROR(init_mpi(s, &provided));
   if (provided < MPI_THREAD_SERIALIZED) {
     HVD_LOG(Warning) << "MPI was initialised with thread level " << provided
                      << "; hvd's background thread needs MPI_THREAD_SERIALIZED or higher";
   }
-  if (!s.atexit_registered) {
-    std::atexit(at_exit);
-    s.atexit_registered = true;
-  }
   t.threads_multiple = provided == MPI_THREAD_MULTIPLE;
-  HVD_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &s.negotiation));
-  HVD_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &s.data));
+  // Everything below runs on the job's communicator (MPI_COMM_WORLD unless the caller named
+  // another): ranks, sizes, the peer monitor, process sets and every collective.
+  auto members = detail::job_world_ranks(job);
+  if (!members.ok()) return members.status();
+  auto comm =
+      detail::make_job_comm(job, !core::ElasticConfig::from_process_env().state_dir.empty());
+  if (!comm.ok()) return comm.status();
+  s.negotiation = comm.value();
+  HVD_MPI_CHECK(MPI_Comm_dup(s.negotiation, &s.data));
   MPI_Comm_set_errhandler(s.negotiation, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(s.data, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &t.size);
+  MPI_Comm_rank(s.negotiation, &t.rank);
+  MPI_Comm_size(s.negotiation, &t.size);
   MPI_Comm local, cross;
   HVD_MPI_CHECK(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &local));
+      MPI_Comm_split_type(s.negotiation, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &local));
   MPI_Comm_rank(local, &t.local_rank);
   MPI_Comm_size(local, &t.local_size);
-  HVD_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.local_rank, t.rank, &cross));
+  HVD_MPI_CHECK(MPI_Comm_split(s.negotiation, t.local_rank, t.rank, &cross));
   MPI_Comm_rank(cross, &t.cross_rank);
   MPI_Comm_size(cross, &t.cross_size);
   MPI_Comm_free(&local);
@@ -214,7 +234,12 @@ Status init_locked(Global& s) {
     gethostname(buf, sizeof(buf) - 1);
     host = buf;
   }
-  core::set_log_prefix("[hvd " + std::to_string(t.rank) + "@" + host + "]");
+  const int world_rank = members.value()[static_cast<size_t>(t.rank)];
+  core::set_log_prefix("[hvd " + std::to_string(t.rank) +
+                       (job.kind == detail::JobSpec::Kind::kWorld
+                            ? ""
+                            : " (world " + std::to_string(world_rank) + ")") +
+                       "@" + host + "]");
   if (t.rank == 0) {
     for (const auto& u : unknown) HVD_LOG(Warning) << "unknown variable " << u << " ignored";
     HVD_LOG(Debug) << "configuration:\n" << cfg.value().dump();
@@ -232,12 +257,12 @@ Status init_locked(Global& s) {
   parts.host_executor =
       std::make_unique<ops::MpiExecutor>(s.data, ops::MpiExecutor::kBufferQuiet, should_abort);
   ops::add_device_executor(&parts, s.data, cfg.value(), t.local_rank, should_abort);
-  parts.make_process_set = [parent = s.data, world_rank = t.rank, local_rank = t.local_rank,
+  parts.make_process_set = [parent = s.data, rank = t.rank, local_rank = t.local_rank,
                             multiple = t.threads_multiple, should_abort,
                             cfg = cfg.value()](int32_t id, const std::vector<int32_t>& ranks,
                                                core::RuntimeParts* out) {
-    return detail::make_process_set_parts(parent, world_rank, local_rank, multiple, should_abort,
-                                          cfg, id, ranks, out);
+    return detail::make_process_set_parts(parent, rank, local_rank, multiple, should_abort, cfg, id,
+                                          ranks, out);
   };
   auto rt = std::make_shared<core::Runtime>(cfg.value(), std::move(parts));
   if (mon) {
@@ -252,8 +277,30 @@ Status init_locked(Global& s) {
   detail::g_counted.live.store(rt.get(), std::memory_order_seq_cst);
   s.runtime = std::move(rt);
   s.topo = t;
+  s.job_world_ranks = std::move(members).value();
   s.ever_initialized = true;
   return Status::OK();
+}
+
+// init() for every form: a no-op when hvd runs on the job asked for (plain init(): on any).
+void start(const detail::JobSpec& job) {
+  Global& s = g();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.runtime) {
+    if (job.kind == detail::JobSpec::Kind::kWorld) return;
+    auto members = detail::job_world_ranks(job);
+    if (!members.ok()) throw Error(members.status());
+    if (members.value() == s.job_world_ranks) return;
+    throw Error(precondition(std::string(job.call()) +
+                             ": hvd already runs, on another job (MPI_COMM_WORLD ranks " +
+                             core::rank_ranges(s.job_world_ranks) +
+                             "); call hvd::shutdown() first to start it on another"));
+  }
+  Status st = init_locked(s, job);
+  if (!st.ok()) {
+    free_comms(s);
+    throw Error(Status(st.code(), std::string(job.call()) + " failed: " + st.message()));
+  }
 }
 
 // "<op>.noname.<n>" with the next number of (process set, op), the same on every rank.
@@ -479,15 +526,20 @@ using detail::make_request;
 using detail::set_runtime;
 using detail::submit;
 
-void init() {
-  Global& s = g();
-  std::lock_guard<std::mutex> lk(s.mu);
-  if (s.runtime) return;
-  Status st = init_locked(s);
-  if (!st.ok()) {
-    free_comms(s);
-    throw Error(Status(st.code(), "hvd::init() failed: " + st.message()));
-  }
+void init() { start(detail::JobSpec{}); }
+
+void init(MPI_Comm comm) {
+  detail::JobSpec job;
+  job.kind = detail::JobSpec::Kind::kComm;
+  job.comm = comm;
+  start(job);
+}
+
+void init_on_ranks(const std::vector<int>& world_ranks) {
+  detail::JobSpec job;
+  job.kind = detail::JobSpec::Kind::kRanks;
+  job.ranks = world_ranks;
+  start(job);
 }
 
 void shutdown() {

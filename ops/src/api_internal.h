@@ -136,12 +136,13 @@ bool refill_allreduce(core::TensorEntry* e, const core::Runtime& rt, const Tenso
 core::TensorEntry allreduce_entry(const core::Runtime& rt, const TensorView& in,
                                   const TensorView& out, const std::string& name, ReduceOp op,
                                   double pre, double post);
-/// The ProcessSetFactory of the MPI backend: splits `parent` (collective over all ranks, on the
-/// global background thread) into a negotiation and a data communicator for `ranks`.
+/// The ProcessSetFactory of the MPI backend: splits `parent`, hvd's job communicator
+/// (collective over all its ranks, on the global background thread), into a negotiation and a
+/// data communicator for `ranks` (ranks of `parent`; this process is `rank` there).
 /// `local_rank`: this process's rank on its node (its default GPU); `cfg`: the global runtime's.
-Status make_process_set_parts(MPI_Comm parent, int world_rank, int local_rank,
-                              bool threads_multiple, const std::function<Status()>& should_abort,
-                              const core::Config& cfg, int32_t id,
-                              const std::vector<int32_t>& ranks, core::RuntimeParts* out);
+Status make_process_set_parts(MPI_Comm parent, int rank, int local_rank, bool threads_multiple,
+                              const std::function<Status()>& should_abort, const core::Config& cfg,
+                              int32_t id, const std::vector<int32_t>& ranks,
+                              core::RuntimeParts* out);
 
 }  // namespace hvd::detail

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "api_internal.h"
+#include "hvd/mpi.h"
 #include "hvd/ops/device.h"
 #include "hvd/ops/mpi_executor.h"
 #include "hvd/ops/mpi_transport.h"
@@ -26,17 +27,17 @@ struct SetComms {
 
 }  // namespace
 
-Status make_process_set_parts(MPI_Comm parent, int world_rank, int local_rank,
-                              bool threads_multiple, const std::function<Status()>& should_abort,
-                              const core::Config& cfg, int32_t id,
-                              const std::vector<int32_t>& ranks, core::RuntimeParts* out) {
+Status make_process_set_parts(MPI_Comm parent, int rank, int local_rank, bool threads_multiple,
+                              const std::function<Status()>& should_abort, const core::Config& cfg,
+                              int32_t id, const std::vector<int32_t>& ranks,
+                              core::RuntimeParts* out) {
   if (!threads_multiple) {
     // Every rank reaches the same verdict: the thread level is the same job-wide.
     return precondition(
         "process sets need MPI_THREAD_MULTIPLE (one background thread per "
         "set), but MPI provides a lower thread level");
   }
-  auto it = std::find(ranks.begin(), ranks.end(), world_rank);
+  auto it = std::find(ranks.begin(), ranks.end(), rank);
   const int color = it == ranks.end() ? MPI_UNDEFINED : 0;
   const int key = static_cast<int>(it - ranks.begin());
   auto comms = std::make_shared<SetComms>();
@@ -73,6 +74,17 @@ int ProcessSet::size() const { return static_cast<int>(ranks().size()); }
 
 void init(const std::vector<std::vector<int>>& process_sets) {
   init();
+  for (const auto& ranks : process_sets) add_process_set(ranks);
+}
+
+void init(MPI_Comm comm, const std::vector<std::vector<int>>& process_sets) {
+  init(comm);
+  for (const auto& ranks : process_sets) add_process_set(ranks);
+}
+
+void init_on_ranks(const std::vector<int>& world_ranks,
+                   const std::vector<std::vector<int>>& process_sets) {
+  init_on_ranks(world_ranks);
   for (const auto& ranks : process_sets) add_process_set(ranks);
 }
 
