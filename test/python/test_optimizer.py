@@ -199,13 +199,32 @@ def test_invalid_options_are_rejected():
     with pytest.raises(ValueError, match="gradient_predivide_factor"):
         hvd.DistributedOptimizer(sgd(model.parameters()), op=hvd.Sum,
                                  gradient_predivide_factor=2.0)
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.DistributedOptimizer(sgd(model.parameters()), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="gradient_predivide_factor"):
+        hvd.DistributedOptimizer(sgd(model.parameters()), op=hvd.Adasum,
+                                 gradient_predivide_factor=2.0)
+    with pytest.raises(ValueError, match="gradient_as_bucket_view"):
+        hvd.DistributedOptimizer(sgd(model.parameters()), op=hvd.Adasum,
+                                 gradient_as_bucket_view=True)
     with pytest.raises(ValueError, match="backward_passes_per_step"):
         hvd.DistributedOptimizer(sgd(model.parameters()), backward_passes_per_step=0)
     with pytest.raises(ValueError, match="not named"):
         hvd.DistributedOptimizer(sgd(model.parameters()),
                                  named_parameters=list(model.named_parameters())[:2])
+
+
+def test_adasum_is_accepted_and_steps_every_rank_to_the_same_parameters():
+    model = mlp()
+    opt = hvd.DistributedOptimizer(sgd(model.parameters()), op=hvd.Adasum,
+                                   named_parameters=model.named_parameters())
+    assert opt.op == hvd.Adasum and isinstance(opt, torch.optim.SGD)
+    x, y = full_data(5)
+    opt.zero_grad()
+    F.mse_loss(model(shard(x)), shard(y)).backward()
+    opt.step()
+    for name, p in model.named_parameters():
+        every = hvd.allgather(p.detach().unsqueeze(0), name="test.adasum." + name)
+        for r in range(hvd.size()):
+            assert torch.equal(every[r], p), f"rank {hvd.rank()}: {name} differs on rank {r}"
 
 
 def test_duplicate_names_for_different_tensors_are_an_error():

@@ -32,8 +32,8 @@ import torch
 
 from hvd import _core
 from hvd.common import basics
-from hvd.common.basics import Average, Sum, global_process_set
-from hvd.torch import _grad_registry, mpi_ops
+from hvd.common.basics import Adasum, Average, Sum, global_process_set
+from hvd.torch import _grad_registry, adasum_optimizer, mpi_ops
 from hvd.torch.compression import Compression
 
 _owner_ids = itertools.count()
@@ -47,9 +47,9 @@ Settings = collections.namedtuple(
 
 def _check_settings(compression, bpps, op, predivide, sparse_as_dense, process_set,
                     bucket_view=False, bucket_cap_mb=None):
-    op = basics.check_op(op)  # Adasum: NotImplementedError
-    if op not in (Average, Sum):
-        raise ValueError("DistributedOptimizer: op must be hvd.Average or hvd.Sum")
+    op = op if op == Adasum else basics.check_op(op)
+    if op not in (Average, Sum, Adasum):
+        raise ValueError("DistributedOptimizer: op must be hvd.Average, hvd.Sum or hvd.Adasum")
     if int(bpps) != bpps or bpps < 1:
         raise ValueError(f"DistributedOptimizer: backward_passes_per_step must be an integer "
                          f">= 1, got {bpps!r}")
@@ -337,13 +337,49 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     reduced one by one as without it (see docs/python.md). Raises ValueError for invalid
     options, for two different tensors under one name in `named_parameters`, for a parameter
     missing from a given `named_parameters`, and for a parameter shared with another
-    DistributedOptimizer that reduces it differently; NotImplementedError for op=hvd.Adasum.
+    DistributedOptimizer that reduces it differently.
+
+    op=hvd.Adasum (Horovod's Adasum optimizer, hvd/torch/adasum_optimizer.py): each rank steps
+    the wrapped optimizer on its own gradients (after `backward_passes_per_step` passes reached a
+    parameter, during backward) and the parameters' deltas are Adasum-reduced; step() sets each
+    parameter to its old value plus the reduced delta. The learning rate is not scaled by the
+    number of ranks. `process_set` must hold a power-of-two number of ranks (ValueError on every
+    rank otherwise); `groups`/`num_groups` and `sparse_as_dense` are accepted and change
+    nothing (each delta is dense and its own allreduce, which the runtime fuses);
+    gradient_predivide_factor and gradient_as_bucket_view raise ValueError; skip_synchronize()
+    raises RuntimeError, and so does zero_grad() between a completed pass and step().
     """
     settings = _check_settings(compression, backward_passes_per_step, op,
                                gradient_predivide_factor, sparse_as_dense, process_set,
                                gradient_as_bucket_view, bucket_cap_mb)
+    if settings.op == Adasum:
+        return _adasum(optimizer, named_parameters, settings)
+    return _wrap(optimizer, _DistributedOptimizer,
+                 lambda obj: obj._hvd_setup(named_parameters, settings, num_groups, groups))
+
+
+def _adasum(optimizer, named_parameters, settings):
+    """The Adasum optimizer of DistributedOptimizer(op=hvd.Adasum), after its option checks."""
+    if settings.bucket_view:
+        raise ValueError("DistributedOptimizer: gradient_as_bucket_view is not supported with "
+                         "op=hvd.Adasum (the reduced tensors are parameter deltas, not gradients)")
+    ps = settings.process_set
+    size = ps.size()
+    if not adasum_optimizer.is_power_of_two(size):
+        raise ValueError(f"DistributedOptimizer: op=hvd.Adasum needs a power-of-two number of "
+                         f"ranks in process_set; it has {size} (ranks {ps.ranks}); use a set of "
+                         "1, 2, 4, 8, ... ranks")
+    passive = size == 1 or process_set_excludes_me(ps)
+    names = _names_by_id(named_parameters)
+    return _wrap(optimizer, adasum_optimizer._DistributedAdasumOptimizer,
+                 lambda obj: obj._hvd_setup(names, settings, passive))
+
+
+def _wrap(optimizer, methods, setup):
+    """An instance of a new subclass of type(optimizer) with the methods of class `methods`,
+    sharing `optimizer`'s state, after setup(instance)."""
     base = type(optimizer)
-    namespace = {k: v for k, v in _DistributedOptimizer.__dict__.items()
+    namespace = {k: v for k, v in methods.__dict__.items()
                  if k not in ("__dict__", "__weakref__")}
     namespace["_hvd_base"] = base
     namespace["__qualname__"] = base.__qualname__
@@ -353,7 +389,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     # to `optimizer` (an instance attribute): the wrapper keeps its own step (the schedule still
     # applies: param_groups are shared).
     obj.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k != "step"})
-    obj._hvd_setup(named_parameters, settings, num_groups, groups)
+    setup(obj)
     return obj
 
 
