@@ -167,11 +167,12 @@ void run_burst(const std::string& prefix, const std::vector<std::pair<std::strin
 }  // namespace
 
 TEST_CASE("Adasum allreduce equals the recursive rule for random vectors of every float dtype",
-          "[mpi]") {
+          "[mpi][adasum]") {
   run_burst("adasum.random", {{"random", random_fill}}, {1, 3, 1000, 70000});
 }
 
-TEST_CASE("Adasum of orthogonal vectors is their sum, of parallel vectors their average", "[mpi]") {
+TEST_CASE("Adasum of orthogonal vectors is their sum, of parallel vectors their average",
+          "[mpi][adasum]") {
   const int n = hvd::size();
   run_burst("adasum.shape", {{"orthogonal", orthogonal_fill}, {"parallel", parallel_fill}},
             {5, 4096});
@@ -193,7 +194,8 @@ TEST_CASE("Adasum of orthogonal vectors is their sum, of parallel vectors their 
   }
 }
 
-TEST_CASE("Adasum of float16 near its largest and smallest values has no inf or NaN", "[mpi]") {
+TEST_CASE("Adasum of float16 near its largest and smallest values has no inf or NaN",
+          "[mpi][adasum]") {
   const int n = hvd::size();
   // Equal vectors of 60000 on every rank: Adasum is the vector (a sum would be inf).
   Buffer big(DataType::kFloat16, 300);
@@ -231,7 +233,7 @@ TEST_CASE("Adasum of float16 near its largest and smallest values has no inf or 
     REQUIRE(b.get(i) == hvd::bf16_to_float(hvd::float_to_bf16(1e38f)));
 }
 
-TEST_CASE("grouped Adasum gives each tensor its own dot products and norms", "[mpi]") {
+TEST_CASE("grouped Adasum gives each tensor its own dot products and norms", "[mpi][adasum]") {
   const int r = hvd::rank(), n = hvd::size();
   // An orthogonal, a parallel and a random tensor in one group: shared dot products would mix
   // them up (the orthogonal one would no longer be the sum).
@@ -260,7 +262,7 @@ TEST_CASE("grouped Adasum gives each tensor its own dot products and norms", "[m
   }
 }
 
-TEST_CASE("Adasum of an integer tensor is refused on every rank", "[mpi]") {
+TEST_CASE("Adasum of an integer tensor is refused on every rank", "[mpi][adasum]") {
   std::vector<int32_t> v(4, 1);
   const std::string err = error_of([&] {
     hvd::allreduce(hvd::TensorView(v.data(), DataType::kInt32, {4}), "adasum.int",
@@ -276,7 +278,7 @@ TEST_CASE("Adasum of an integer tensor is refused on every rank", "[mpi]") {
 }
 
 TEST_CASE("Adasum on process sets: a power-of-two set reduces, a set of 3 fails every member",
-          "[mpi][multirank]") {
+          "[mpi][multirank][adasum]") {
   const int r = hvd::rank(), n = hvd::size();
   REQUIRE(n >= 2);
   if (n < 4) {
