@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "adasum_optimizer.h"
 #include "hvd/core/status.h"
 #include "hvd/optim/collectives.h"
 #include "torch_grad_ops.h"
@@ -71,8 +72,22 @@ ReduceSettings check_options(const DistributedOptimizerOptions& o, const std::st
     fail("backward_passes_per_step must be >= 1, got " +
          std::to_string(o.backward_passes_per_step_));
   }
-  if (o.op_ != ReduceOp::kAverage && o.op_ != ReduceOp::kSum) {
-    fail(std::string("op must be Average or Sum, got ") + reduce_op_name(o.op_));
+  if (o.op_ != ReduceOp::kAverage && o.op_ != ReduceOp::kSum && o.op_ != ReduceOp::kAdasum) {
+    fail(std::string("op must be Average, Sum or Adasum, got ") + reduce_op_name(o.op_));
+  }
+  if (o.op_ == ReduceOp::kAdasum) {
+    const int n = o.process_set_.size();
+    if (n < 1 || (n & (n - 1)) != 0) {
+      std::string ranks;
+      for (int r : o.process_set_.ranks()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      fail("op Adasum needs a power-of-two number of ranks in the process set; it has " +
+           std::to_string(n) + " (ranks " + ranks + "); use a set of 1, 2, 4, 8, ... ranks");
+    }
+    if (o.gradient_as_bucket_view_) {
+      fail(
+          "gradient_as_bucket_view is not supported with op Adasum (the reduced tensors are "
+          "parameter deltas, not gradients)");
+    }
   }
   if (!(o.gradient_predivide_factor_ > 0)) {
     fail("gradient_predivide_factor must be > 0, got " +
@@ -142,6 +157,7 @@ struct DistributedOptimizer::Impl {
   bool local = false;  ///< not a member of the process set: steps locally, communicates nothing
   bool bucket_view = false;  ///< gradient_as_bucket_view
   EntryList entries;
+  std::unique_ptr<detail::AdasumUpdate> adasum;  ///< op kAdasum: replaces the registry's path
 };
 
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
@@ -187,6 +203,15 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
       tensors.push_back(p);
     }
   }
+  if (options.op_ == ReduceOp::kAdasum) {
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    params.reserve(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) params.emplace_back(specs[i].name, tensors[i]);
+    const bool passive = impl_->local || options.process_set_.size() == 1;
+    impl_->adasum =
+        std::make_unique<detail::AdasumUpdate>(optimizer_, params, options, label_, passive);
+    return;
+  }
   if (impl_->local) return;
   auto groups = make_groups(options, specs, label_);
   Result<EntryList> added =
@@ -208,10 +233,15 @@ DistributedOptimizer::~DistributedOptimizer() {
 }
 
 void DistributedOptimizer::synchronize() {
+  if (impl_->adasum) {
+    impl_->adasum->synchronize();
+    return;
+  }
   throw_if_error(detail::torch_registry().synchronize(impl_->owner, impl_->entries));
 }
 
 torch::Tensor DistributedOptimizer::step(torch::optim::Optimizer::LossClosure closure) {
+  if (impl_->adasum) return impl_->adasum->step(closure);
   auto& reg = detail::torch_registry();
   if (skip_sync_) {
     if (auto busy = reg.first_in_flight(impl_->entries)) {
@@ -242,6 +272,11 @@ torch::Tensor DistributedOptimizer::step(torch::optim::Optimizer::LossClosure cl
 }
 
 void DistributedOptimizer::zero_grad() {
+  if (impl_->adasum) {
+    impl_->adasum->before_zero_grad();
+    optimizer_.zero_grad();
+    return;
+  }
   detail::torch_registry().quiesce(impl_->entries);
   if (!impl_->bucket_view) {
     optimizer_.zero_grad();
@@ -265,6 +300,7 @@ void DistributedOptimizer::zero_grad() {
 }
 
 std::vector<std::string> DistributedOptimizer::parameter_names() const {
+  if (impl_->adasum) return impl_->adasum->wire_names();
   std::vector<std::string> out;
   out.reserve(impl_->entries.size());
   for (const auto& e : impl_->entries) out.push_back(e->wire);
@@ -277,6 +313,12 @@ std::vector<std::string> DistributedOptimizer::bucket_names() const {
 
 SkipSynchronizeGuard::SkipSynchronizeGuard(DistributedOptimizer& opt)
     : opt_(opt), previous_(opt.skip_sync_) {
+  if (opt_.impl_->adasum) {
+    throw Error(precondition("DistributedOptimizer '" + opt_.label_ +
+                             "' (op Adasum): skip_synchronize() is not supported: the local step "
+                             "happens during backward(), before gradients could be changed; call "
+                             "step() (it synchronizes) without it"));
+  }
   opt_.skip_sync_ = true;
 }
 

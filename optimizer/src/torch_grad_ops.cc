@@ -14,6 +14,17 @@
 #include "hvd/optim/tensor_adapter.h"
 
 namespace hvd::optim::detail {
+
+/// What a gradient `t` goes on the wire as under compression `c`: a float32/float64 tensor cast
+/// to 16 bits (kFp16, kBf16), `t` itself otherwise.
+torch::Tensor compressed(const torch::Tensor& t, Compression c) {
+  const auto st = t.scalar_type();
+  if (st != c10::kFloat && st != c10::kDouble) return t;
+  if (c == Compression::kFp16) return t.to(c10::kHalf);
+  if (c == Compression::kBf16) return t.to(c10::kBFloat16);
+  return t;
+}
+
 namespace {
 
 /// Fires after autograd has accumulated the parameter's gradient into .grad.
@@ -29,16 +40,6 @@ class AfterPassHook : public torch::autograd::FunctionPostHook {
  private:
   std::weak_ptr<GradEntry> e_;
 };
-
-/// What a gradient `t` goes on the wire as under compression `c`: a float32/float64 tensor cast
-/// to 16 bits (kFp16, kBf16), `t` itself otherwise.
-torch::Tensor compressed(const torch::Tensor& t, Compression c) {
-  const auto st = t.scalar_type();
-  if (st != c10::kFloat && st != c10::kDouble) return t;
-  if (c == Compression::kFp16) return t.to(c10::kHalf);
-  if (c == Compression::kBf16) return t.to(c10::kBFloat16);
-  return t;
-}
 
 class TorchReduction : public GradReduction {
  public:

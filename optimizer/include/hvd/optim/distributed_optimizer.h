@@ -17,6 +17,12 @@
 // libtorch: several backward passes before step(), a second loss through a shared module, or
 // zeroing through the module all give the gradients one process would compute. Two models whose
 // parameter names collide are reduced under distinct names on the wire automatically.
+//
+// With op kAdasum (Horovod's Adasum optimizer) the ranks combine steps, not gradients: each rank
+// steps the wrapped optimizer on its own gradients (per parameter, during backward, once
+// backward_passes_per_step passes reached it) and the parameter deltas are Adasum-reduced;
+// step() sets every parameter to its old value plus the reduced delta. The learning rate is not
+// scaled by the number of ranks.
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -41,7 +47,10 @@ enum class Compression { kNone, kFp16, kBf16 };
 
 /// Options of a DistributedOptimizer, builder style: `DistributedOptimizerOptions().op(...)`.
 struct DistributedOptimizerOptions {
-  /// kAverage (default) or kSum.
+  /// kAverage (default), kSum, or kAdasum: each rank steps locally and the parameter deltas are
+  /// Adasum-reduced (the process set must hold a power-of-two number of ranks; num_groups and
+  /// groups change nothing, gradient_predivide_factor and gradient_as_bucket_view are refused;
+  /// see step(), zero_grad() and skip_synchronize() for the differences).
   ReduceOp op_ = ReduceOp::kAverage;
   Compression compression_ = Compression::kNone;
   /// Backward passes accumulated locally (summed into .grad) before the allreduce starts.
@@ -167,14 +176,18 @@ class DistributedOptimizer {
   /// skip_synchronize(), throws hvd::Error (naming a parameter) when a reduction of this
   /// optimizer is still in flight: call synchronize() before. With a
   /// closure (LBFGS), every evaluation of the closure is followed by synchronize() and the
-  /// returned loss is averaged over ranks, so all ranks take the same decisions.
+  /// returned loss is averaged over ranks, so all ranks take the same decisions. kAdasum: the
+  /// closure (if any) is evaluated once, then synchronize() completes the update (the wrapped
+  /// optimizer is stepped without a closure, per parameter); returns the closure's loss.
   torch::Tensor step(torch::optim::Optimizer::LossClosure closure = nullptr);
   /// Waits until every parameter of this optimizer holds its reduced gradient: reductions not
   /// yet started (no gradient on this rank this step, or fewer than backward_passes_per_step
   /// passes) start now, contributing the current .grad (zeros when it is undefined); the ranks
   /// agree (one small allreduce) on how many reductions each parameter had, and those with fewer
   /// contribute zeros, whatever passes reached it where. Throws hvd::Error on every rank when a
-  /// gradient was zeroed after uneven passes (see zero_grad()).
+  /// gradient was zeroed after uneven passes (see zero_grad()). kAdasum: every parameter
+  /// becomes its old value plus the Adasum of the ranks' local steps (parameters not stepped yet
+  /// step locally now); step() adds nothing after it.
   void synchronize();
   /// Zeroes the gradients via the wrapped optimizer, as a single-process zero_grad() does: the
   /// reductions of this optimizer's gradients still in flight (a backward pass since its last
@@ -182,14 +195,19 @@ class DistributedOptimizer {
   /// accumulated towards backward_passes_per_step are dropped. Never throws. Zeroing after
   /// passes that reached a parameter on some ranks only would pair a discarded gradient with a
   /// kept one: the next step() or synchronize() then throws on every rank (step first).
+  /// kAdasum (as Horovod): throws hvd::Error while a reduction is in flight (a completed pass
+  /// already stepped locally: call step() first).
   void zero_grad();
   /// `{ auto g = opt.skip_synchronize(); opt.step(); }` after an explicit synchronize() (e.g. to
-  /// clip gradients in between).
+  /// clip gradients in between). kAdasum: throws hvd::Error (the local step happens during
+  /// backward, so nothing done to gradients before step() would count), as Horovod.
   SkipSynchronizeGuard skip_synchronize() { return SkipSynchronizeGuard(*this); }
 
   torch::optim::Optimizer& optimizer() { return optimizer_; }
   /// The names of this optimizer's parameters' reductions on the wire ("grad.<name>", with a
-  /// suffix "#k" where another live tensor had the name first), in optimizer order.
+  /// suffix "#k" where another live tensor had the name first; kAdasum: "adasum.<name>" or
+  /// "adasum.param.<n>", with a suffix "#k" where another live Adasum optimizer has it), in
+  /// optimizer order.
   std::vector<std::string> parameter_names() const;
   const std::string& label() const { return label_; }
   /// gradient_as_bucket_view: the bucket of each parameter (wire names "hvd.bucket.<g>.<k>"),
