@@ -36,14 +36,19 @@ class ProcessSet:
     """
 
     def __init__(self, ranks_or_comm):
-        if hasattr(ranks_or_comm, "Get_group"):  # an mpi4py communicator
-            from mpi4py import MPI
-            world = MPI.COMM_WORLD.Get_group()
-            ranks = MPI.Group.Translate_ranks(ranks_or_comm.Get_group(),
-                                              list(range(ranks_or_comm.Get_size())), world)
-            ranks_or_comm = ranks
+        # From an mpi4py communicator: its processes' MPI_COMM_WORLD ranks, turned into ranks of
+        # hvd's job now and again when the set is registered (hvd.init(comm=...) may come later).
+        self._world_ranks = None
+        if hasattr(ranks_or_comm, "Get_group"):
+            self._world_ranks = _world_ranks_of(ranks_or_comm)
+            ranks_or_comm = _job_ranks_of(self._world_ranks, quiet=True)
         self.ranks = sorted(int(r) for r in ranks_or_comm)
         self.process_set_id = None
+
+    def _resolve(self):
+        """Ranks of hvd's job for a set made from a communicator (ValueError: not all in it)."""
+        if self._world_ranks is not None:
+            self.ranks = sorted(_job_ranks_of(self._world_ranks))
 
     def _invalidate(self):
         self.process_set_id = None
@@ -109,34 +114,87 @@ def _set_id(process_set):
 
 
 def init(comm=None, process_sets=None):
-    """Starts hvd (collective over all ranks). `comm`: None or MPI.COMM_WORLD (a list of all
-    ranks also works); `process_sets`: ProcessSet objects (or rank lists) to register now."""
-    if comm is not None:
-        _check_comm(comm)
+    """Starts hvd, collective over the processes of its job.
+
+    `comm`: None (MPI_COMM_WORLD); an mpi4py communicator (hvd runs on its processes: rank(),
+    size(), local and cross ranks, process sets' ranks and every collective relative to it; other
+    processes are not involved, so disjoint communicators run independent jobs); or a list of
+    MPI_COMM_WORLD ranks (Horovod's form: hvd's rank i is world rank comm[i]; every process of
+    the list passes the same list; an empty list is MPI_COMM_WORLD). Elastic mode runs on
+    MPI_COMM_WORLD only. `process_sets`: ProcessSet objects (or lists of ranks of hvd's job) to
+    register now. When hvd already runs: a no-op for the same job, an error for another."""
+    kwargs = _check_comm(comm)
     if process_sets == "dynamic":
         process_sets = None
     sets = [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in (process_sets or [])]
     if _core.is_initialized():
+        if kwargs:
+            _core.init([], **kwargs)  # the same job: nothing; another: refused
         return
-    _core.init([ps.ranks for ps in sets])
+    _core.init([], **kwargs)
+    _job[0] = _job_members(comm, kwargs)
+    try:
+        for ps in sets:
+            ps._resolve()
+    except ValueError:
+        shutdown()
+        raise
     _registered.clear()
-    for i, ps in enumerate(sets, start=1):
-        ps.process_set_id = i
-        _registered[i] = ps
+    for ps in sets:
+        ps.process_set_id = _core.add_process_set(ps.ranks)
+        _registered[ps.process_set_id] = ps
     _homogeneous[0] = _compute_homogeneous()
 
 
+_job = [None]  # MPI_COMM_WORLD rank of each of hvd's ranks; None: MPI_COMM_WORLD itself
+
+
 def _check_comm(comm):
-    if hasattr(comm, "Get_size"):
-        from mpi4py import MPI
-        if MPI.Comm.Compare(comm, MPI.COMM_WORLD) not in (MPI.IDENT, MPI.CONGRUENT):
-            raise NotImplementedError("hvd runs on MPI_COMM_WORLD; for a subset of ranks use "
-                                      "hvd.init(process_sets=[hvd.ProcessSet(ranks)])")
-        return
-    ranks = list(comm)
+    """The extension's arguments for init(comm=...): {} for MPI_COMM_WORLD."""
+    if comm is None:
+        return {}
+    if hasattr(comm, "py2f"):  # an mpi4py communicator: its Fortran handle is portable
+        return {"comm_f2c": comm.py2f()}
+    if isinstance(comm, (str, bytes)) or not hasattr(comm, "__iter__"):
+        raise TypeError(f"hvd.init(comm=...) takes an mpi4py communicator or a list of "
+                        f"MPI_COMM_WORLD ranks, not {type(comm).__name__}")
+    ranks = []
+    for r in comm:
+        if isinstance(r, bool) or not hasattr(r, "__index__"):
+            raise TypeError(f"hvd.init(comm={list(comm)!r}): ranks are integers, not "
+                            f"{type(r).__name__}")
+        ranks.append(r.__index__())
+    return {"world_ranks": ranks} if ranks else {}
+
+
+def _job_members(comm, kwargs):
+    """hvd's job as MPI_COMM_WORLD ranks after init(comm=...); None for MPI_COMM_WORLD."""
+    if "world_ranks" in kwargs:
+        return list(kwargs["world_ranks"])
+    if "comm_f2c" in kwargs:
+        return _world_ranks_of(comm)
+    return None
+
+
+def _world_ranks_of(comm):
     from mpi4py import MPI
-    if sorted(ranks) != list(range(MPI.COMM_WORLD.Get_size())):
-        raise NotImplementedError("hvd runs on all ranks; for a subset use process sets")
+    return MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.Get_size())),
+                                     MPI.COMM_WORLD.Get_group())
+
+
+def _job_ranks_of(world_ranks, quiet=False):
+    """hvd's ranks of processes given by MPI_COMM_WORLD rank. Raises ValueError for one outside
+    hvd's job, unless `quiet` (before hvd.init(), where the job is not known yet)."""
+    job = _job[0] if _core.is_initialized() else None
+    if job is None:
+        return list(world_ranks)
+    where = {w: i for i, w in enumerate(job)}
+    outside = [w for w in world_ranks if w not in where]
+    if outside and not quiet:
+        raise ValueError(f"ProcessSet from a communicator: MPI_COMM_WORLD rank(s) {outside} are "
+                         f"not in hvd's job (MPI_COMM_WORLD ranks {job}, from hvd.init(comm=...))"
+                         "; make the set from a communicator within the job")
+    return [where[w] for w in world_ranks if w in where]
 
 
 def shutdown():
@@ -273,6 +331,7 @@ def add_process_set(process_set):
         ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
         if ps.process_set_id is not None:
             raise ValueError(f"{ps} is already registered")
+        ps._resolve()
         big = [r for r in ps.ranks if not 0 <= r < _INT32]
         if big:
             raise ValueError(f"add_process_set({ps.ranks}): rank {big[0]} is out of range (hvd "
