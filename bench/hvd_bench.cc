@@ -11,8 +11,12 @@
 // (mean over ranks; the loop's includes MPI's polling while it waits for a peer): CPU time is
 // less noisy than wall time on a loaded machine.
 //
-//   mpirun -np 2 --bind-to none build/bench/hvd_bench [--iters N] [--case KxS[:avg]|crossed]
-//     [--hvd-only]
+// The case "adasum" (only when asked for) times op Adasum against Sum on the same tensors
+// (1 x 1Mi and 64 x 16Ki floats, each tensor its own allreduce_async), interleaved: each
+// iteration runs Sum then Adasum, so that a shared machine's load falls on both alike.
+//
+//   mpirun -np 2 --bind-to none build/bench/hvd_bench [--iters N]
+//     [--case KxS[:avg]|crossed|adasum] [--hvd-only]
 //   --hvd-only: hvd's runs alone (no grouped, no raw MPI), for profiling hvd's own path.
 #include <mpi.h>
 
@@ -54,7 +58,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hvd-only"))
       hvd_only = true;
     else {
-      std::fprintf(stderr, "usage: hvd_bench [--iters N] [--case KxS|crossed] [--hvd-only]\n");
+      std::fprintf(stderr,
+                   "usage: hvd_bench [--iters N] [--case KxS|crossed|adasum] [--hvd-only]\n");
       return 2;
     }
   }
@@ -71,7 +76,7 @@ int main(int argc, char** argv) {
                         {1024, 256, "1024x256", hvd::ReduceOp::kSum},
                         {1, 1 << 20, "1x1Mi:avg", hvd::ReduceOp::kAverage},
                         {16, 1 << 20, "16x1Mi:avg", hvd::ReduceOp::kAverage}};
-  if (rank == 0) {
+  if (rank == 0 && only != "adasum") {
     std::printf(
         "hvd_bench: allreduce (Sum, float32; :avg cases Average, raw MPI's sum without the "
         "division), np=%d, %d iterations, median of slowest rank\n",
@@ -79,6 +84,56 @@ int main(int argc, char** argv) {
     std::printf("%-10s %10s %12s %12s %12s %8s %12s %9s %9s %9s %9s\n", "case", "MiB", "hvd ms",
                 "raw1 ms", "rawK ms", "ratio", "grouped ms", "loop us", "caller us", "rounds/it",
                 "resp/it");
+  }
+  if (only == "adasum") {
+    if (rank == 0) {
+      std::printf(
+          "hvd_bench: allreduce Sum vs Adasum, float32, np=%d, %d iterations each, "
+          "interleaved; median of the slowest rank\n",
+          hvd::size(), iters);
+      std::printf("%-10s %10s %12s %12s %8s\n", "case", "MiB", "Sum ms", "Adasum ms", "ratio");
+    }
+    for (const Case& c : {cases[0], cases[1]}) {
+      // Each rank's own values (Adasum's result does not depend on them, its cost neither).
+      auto tensors = [&] {
+        return std::vector<std::vector<float>>(
+            static_cast<size_t>(c.k),
+            std::vector<float>(static_cast<size_t>(c.s), static_cast<float>(rank + 1)));
+      };
+      std::vector<std::vector<float>> sum_t = tensors(), ada_t = tensors();
+      std::vector<hvd::Handle> hs(static_cast<size_t>(c.k));
+      auto slowest_ms = [&](std::vector<std::vector<float>>& ts, hvd::ReduceOp op,
+                            const std::string& prefix) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = hvd_bench::now_ms();
+        for (int j = 0; j < c.k; ++j) {
+          hs[static_cast<size_t>(j)] = hvd::allreduce_async(
+              hvd::TensorView(ts[static_cast<size_t>(j)].data(), hvd::DataType::kFloat32, {c.s}),
+              prefix + std::to_string(j), op);
+        }
+        for (auto& h : hs) h.wait();
+        double dt = hvd_bench::now_ms() - t0, worst = 0;
+        MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        return worst;
+      };
+      std::vector<double> t_sum, t_ada;
+      for (int i = 0; i < iters + 3; ++i) {  // the first 3 warm up
+        const double a = slowest_ms(sum_t, hvd::ReduceOp::kSum, std::string(c.label) + ".sum.");
+        const double b =
+            slowest_ms(ada_t, hvd::ReduceOp::kAdasum, std::string(c.label) + ".adasum.");
+        if (i < 3) continue;
+        t_sum.push_back(a);
+        t_ada.push_back(b);
+      }
+      std::sort(t_sum.begin(), t_sum.end());
+      std::sort(t_ada.begin(), t_ada.end());
+      const double ms = t_sum[t_sum.size() / 2], ma = t_ada[t_ada.size() / 2];
+      if (rank == 0) {
+        std::printf("%-10s %10.2f %12.3f %12.3f %7.2fx\n", c.label,
+                    static_cast<double>(c.k * c.s * 4) / (1 << 20), ms, ma, ma / ms);
+        std::fflush(stdout);
+      }
+    }
   }
   for (const Case& c : cases) {
     if (!only.empty() && only != c.label) continue;
