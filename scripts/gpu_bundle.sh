@@ -75,7 +75,8 @@ if [[ ${1:-} == --selftest ]]; then
 fi
 
 BUILD=${1:-build}
-TARGETS=(hvd_gpu_tests hvd_device_select_test hvd_nccl_init_test hvd_gpu_bench hvd_bench)
+TARGETS=(hvd_gpu_tests hvd_device_select_test hvd_nccl_init_test hvd_nccl_adasum_test hvd_gpu_bench
+  hvd_bench)
 MODULE=libhvd_nccl.so  # the GPU module (target hvd_nccl), loaded at run time
 if [[ ! -f $BUILD/CMakeCache.txt ]]; then
   cmake -S . -B "$BUILD" --preset release >/dev/null
@@ -202,6 +203,20 @@ step "NCCL communicator creation, agreed (np = 1, 2)"
     HVD_TEST_FAULT=nccl_init:rank=1 timeout 60 mpiexec -np 2 --bind-to none -x HVD_TEST_FAULT \
       "$B/hvd/hvd_nccl_init_test"
 } 2>&1 | tee "$R/nccl_init.txt"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+step "Adasum on GPU tensors: the [adasum] case ran; across nodes on host shards (np = 4)"
+# The [gpu] run above holds the Adasum case (flat and through the host step, at np = 1: NCCL
+# refuses two ranks on one GPU); its name in the log shows it ran. The step across nodes needs
+# no GPU: nodes made of rank groups, against the test's own reference.
+{
+  if grep -q "gpu Adasum of one rank" "$R/gpu_tests.txt"; then
+    echo "the [adasum] case ran in the [gpu] tests"
+  elif ! grep -q "skipped: no CUDA device" "$R/gpu_tests.txt"; then
+    echo "FAILED: the [adasum] case is missing from the [gpu] tests' log"
+    false
+  fi &&
+    timeout 30 mpiexec -np 4 --bind-to none "$B/hvd/hvd_nccl_adasum_test"
+} 2>&1 | tee "$R/adasum.txt"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 if grep -q "skipped: no CUDA device" "$R/gpu_tests.txt"; then
   echo "WARNING: the [gpu] tests skipped: no CUDA device"

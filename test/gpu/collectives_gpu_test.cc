@@ -233,3 +233,53 @@ TEST_CASE("gpu responses launched back to back outnumber the descriptor areas", 
     }
   }
 }
+
+TEST_CASE("gpu Adasum of one rank returns its tensors, flat and through the host step",
+          "[gpu][device][adasum]") {
+  HVD_GPU_OR_SKIP();
+  // Adasum of a single contribution is that contribution (then prescale 3, postscale 0.5).
+  // Not forced: one node, so the average of the node's ranks (one ncclAllReduce). Forced: the
+  // hierarchical path with every step (reduce-scatter, the shard through host memory and
+  // Adasum across the one node, allgather), float16/bfloat16 widened to float32 on the host.
+  for (bool force : {false, true}) {
+    ops::nccl::NcclOptions o;
+    o.force_hierarchical = force;
+    for (DataType t :
+         {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+      for (int k : {1, 3}) {
+        INFO(dtype_name(t) << " k=" << k << (force ? " forced hierarchical" : " flat"));
+        Harness h(o);
+        std::vector<std::unique_ptr<gputest::DevBuf>> in, out;
+        std::vector<std::string> names;
+        std::vector<int64_t> numels;
+        for (int i = 0; i < k; ++i) {
+          const int64_t n = i == 1 ? 1 : 37 + 1000 * i;
+          in.push_back(gputest::upload(t, values(static_cast<size_t>(n), i)));
+          out.push_back(std::make_unique<gputest::DevBuf>(static_cast<size_t>(n) * dtype_size(t)));
+          names.push_back("adasum" + std::to_string(i));
+          numels.push_back(n);
+          h.add(names.back(), t, {n}, in.back()->p, out.back()->p);
+        }
+        auto r = response(OpType::kAllreduce, t, names, numels);
+        r.reduce_op = ReduceOp::kAdasum;
+        r.prescale = 3.0;
+        r.postscale = 0.5;
+        REQUIRE(h.run(r).ok());
+        for (int i = 0; i < k; ++i) {
+          const auto n = static_cast<size_t>(numels[static_cast<size_t>(i)]);
+          auto got = gputest::download(t, out[static_cast<size_t>(i)]->p, n);
+          auto want = values(n, i);
+          for (size_t j = 0; j < n; ++j) REQUIRE(got[j] == scaled(t, want[j]));
+        }
+      }
+    }
+    Harness h(o);  // an integer tensor is refused with a status naming it
+    gputest::DevBuf b(64 * 4);
+    h.add("adasum_int", DataType::kInt32, {64}, b.p);
+    auto r = response(OpType::kAllreduce, DataType::kInt32, {"adasum_int"}, {64});
+    r.reduce_op = ReduceOp::kAdasum;
+    Status s = h.run(r);
+    REQUIRE_FALSE(s.ok());
+    REQUIRE(s.message().find("adasum_int") != std::string::npos);
+  }
+}

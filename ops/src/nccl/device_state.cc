@@ -233,9 +233,10 @@ Status DeviceState::setup_hierarchical(bool force) {
   MPI_Comm_size(local_mpi, &local_size);
   HVD_MPI_CHECK(MPI_Comm_split(mpi, local_rank, rank, &cross_mpi));
   MPI_Comm_size(cross_mpi, &cross_size);
-  int mm[2] = {local_size, -local_size};
-  HVD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MIN, mpi));
+  int mm[3] = {local_size, -local_size, -cross_size};
+  HVD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mm, 3, MPI_INT, MPI_MIN, mpi));
   const bool equal = mm[0] == -mm[1];
+  nodes = -mm[2];
   if (!equal && rank == 0) {
     HVD_LOG(Warning) << "HVD_HIERARCHICAL_ALLREDUCE: nodes hold different numbers of ranks of "
                         "this process set ("

@@ -13,6 +13,7 @@
 
 #include "comm_init.h"
 #include "hvd/core/executor.h"
+#include "hvd/ops/nccl/adasum_nodes.h"
 #include "hvd/ops/nccl/kernels.h"
 
 namespace hvd::ops::nccl {
@@ -103,6 +104,12 @@ struct DeviceState {
   MPI_Comm local_mpi = MPI_COMM_NULL, cross_mpi = MPI_COMM_NULL;
   ncclComm_t local = nullptr;
   int local_rank = 0, local_size = 1, cross_size = 1;
+  int nodes = 1;  // the set's nodes (the largest cross size: nodes may differ in size)
+
+  // Adasum on GPU tensors (nccl_adasum.cc): communicators across nodes, made by the first
+  // Adasum response on every rank, and the agreed outcome of making them.
+  std::unique_ptr<AdasumNodeComms> adasum_nodes;
+  Status adasum_setup;
 
   DeviceBuffer fusion, gather, scratch;
   PinnedBuffer host_stage, host_float;

@@ -10,7 +10,8 @@ set(_nccl_dir ${CMAKE_CURRENT_SOURCE_DIR}/src/nccl)
 add_library(hvd_nccl_impl STATIC
   ${_nccl_dir}/check.cc ${_nccl_dir}/comm_init.cc ${_nccl_dir}/device_state.cc
   ${_nccl_dir}/nccl_executor.cc
-  ${_nccl_dir}/nccl_collectives.cc ${_nccl_dir}/nccl_hierarchical.cc ${_nccl_dir}/kernels.cu)
+  ${_nccl_dir}/nccl_collectives.cc ${_nccl_dir}/nccl_hierarchical.cc ${_nccl_dir}/kernels.cu
+  ${_nccl_dir}/nccl_adasum.cc ${_nccl_dir}/adasum_nodes.cc)
 target_include_directories(hvd_nccl_impl PUBLIC ${HVD_NCCL_INCLUDE})
 target_link_libraries(hvd_nccl_impl PUBLIC hvd::ops CUDA::cudart ${HVD_NCCL_LIB})
 set_target_properties(hvd_nccl_impl PROPERTIES CUDA_SEPARABLE_COMPILATION OFF

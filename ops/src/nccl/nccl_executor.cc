@@ -202,6 +202,7 @@ Status NcclExecutor::launch(const Response& r, const std::vector<TensorEntry*>& 
 
 Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
                                const std::vector<TensorEntry*>& es) {
+  if (r.reduce_op == ReduceOp::kAdasum) return adasum_allreduce(d, r, es);
   ncclDataType_t type;
   if (!nccl_type(r.dtype, &type)) return unsupported_dtype(r);
   const size_t esize = dtype_size(r.dtype);

@@ -75,7 +75,9 @@ struct NcclOptions {
 /// Allreduce: a single tensor is reduced in place (input -> output); several are copied into
 /// the device fusion buffer by ONE batched-copy kernel (prescale applied on the way), reduced
 /// by one ncclAllReduce, and copied out by one kernel (postscale, integer averaging). Average
-/// uses ncclAvg for floating types when no rank joined, else Sum and a division.
+/// uses ncclAvg for floating types when no rank joined, else Sum and a division. Adasum
+/// averages inside each node and combines the node averages by Adasum across nodes on host
+/// shards (nccl_adasum.cc); on one node it is the average, as in Horovod.
 /// allgather: ncclAllGather when every rank has the same count, else grouped send/recv.
 /// broadcast: one ncclBroadcast per tensor in one group. alltoall: grouped ncclSend/ncclRecv.
 /// reducescatter: the hvd split (first rows % size ranks get one more row) padded to equal
@@ -109,6 +111,9 @@ class NcclExecutor : public core::Executor {
   Status allreduce(DeviceState* d, const core::Response& r,
                    const std::vector<core::TensorEntry*>& es);
   Status hierarchical_allreduce(DeviceState* d, void* buf, int64_t count, const core::Response& r);
+  /// ReduceOp::kAdasum (nccl_adasum.cc): average inside each node, Adasum across nodes.
+  Status adasum_allreduce(DeviceState* d, const core::Response& r,
+                          const std::vector<core::TensorEntry*>& es);
   Status broadcast(DeviceState* d, const core::Response& r,
                    const std::vector<core::TensorEntry*>& es);
   Status allgather(DeviceState* d, const core::Response& r,
