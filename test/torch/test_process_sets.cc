@@ -237,8 +237,8 @@ struct Trained {
 }  // namespace
 
 TEST_CASE(
-    "broadcast_parameters, broadcast_optimizer_state and broadcast_object on a process set give "
-    "its members the root's state and leave the other ranks theirs",
+    "broadcast helpers on a process set give its members the root's parameters, optimizer state "
+    "and objects and leave the other ranks theirs",
     "[mpi]") {
   Sets sets;
   const int r = hvd::rank(), root = sets.root();
