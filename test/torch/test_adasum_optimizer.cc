@@ -157,6 +157,20 @@ TEST_CASE("Adasum: backward_passes_per_step 2 steps once on the summed gradients
   }
 }
 
+TEST_CASE("Adasum: fp16 compression sends the delta as 16-bit floats", "[mpi]") {
+  auto model = mlp(), ref = mlp();
+  optim::SGD sgd(model->parameters(), 0.1);
+  optim::SGD ref_sgd(ref->parameters(), 0.1);
+  hvd::DistributedOptimizer opt(sgd, model->named_parameters(),
+                                adasum().compression(hvd::Compression::kFp16));
+  auto [x, y] = batch(50);
+  opt.zero_grad();
+  torch::mse_loss(model->forward(x), y).backward();
+  opt.step();
+  reference_step(ref, ref_sgd, {{x, y}}, "ref.fp16");
+  require_close(model, ref, 2e-3);
+}
+
 TEST_CASE("Adasum: parameters keep their value until step(); misuse is refused", "[mpi]") {
   auto model = mlp();
   optim::SGD sgd(model->parameters(), 0.5);
