@@ -5,7 +5,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "hvd/core/handle.h"
@@ -47,6 +47,7 @@ LiveWires& live_wires() {
 struct AdasumUpdate::Slot {
   torch::Tensor param;
   std::string wire_name;
+  size_t group = 0;    ///< the index of the param group holding it
   int passes = 0;      ///< backward passes that reached it since its last reduction
   Handle handle;       ///< the reduction in flight (invalid when none)
   torch::Tensor old;   ///< the value before the local step, while in flight
@@ -80,9 +81,15 @@ AdasumUpdate::AdasumUpdate(torch::optim::Optimizer& optimizer,
       passes_per_step_(options.backward_passes_per_step_),
       process_set_(options.process_set_),
       passive_(passive) {
+  std::unordered_map<c10::TensorImpl*, size_t> group_of;
+  const auto& groups = optimizer_.param_groups();
+  for (size_t g = groups.size(); g-- > 0;) {
+    for (const auto& p : groups[g].params()) group_of[p.unsafeGetTensorImpl()] = g;
+  }
   for (size_t i = 0; i < params.size(); ++i) {
     auto s = std::make_shared<Slot>();
     s->param = params[i].second;
+    s->group = group_of[s->param.unsafeGetTensorImpl()];
     const std::string& name = params[i].first;
     s->wire_name =
         live_wires().reserve("adasum." + (name.empty() ? "param." + std::to_string(i) : name));
@@ -119,15 +126,14 @@ void AdasumUpdate::start(Slot& s) {
   torch::NoGradGuard no_grad;
   torch::Tensor p = s.param.detach();
   torch::Tensor old = p.clone();
-  // The wrapped optimizer steps this parameter alone: every group holds it or nothing.
+  // The wrapped optimizer steps this parameter alone: its group holds it, the others nothing.
   auto& groups = optimizer_.param_groups();
   std::vector<std::vector<torch::Tensor>> saved;
   saved.reserve(groups.size());
-  for (auto& g : groups) {
-    const bool holds = std::any_of(g.params().begin(), g.params().end(),
-                                   [&](const torch::Tensor& q) { return q.is_same(s.param); });
-    saved.push_back(std::move(g.params()));
-    g.params() = holds ? std::vector<torch::Tensor>{s.param} : std::vector<torch::Tensor>{};
+  for (size_t g = 0; g < groups.size(); ++g) {
+    saved.push_back(std::move(groups[g].params()));
+    groups[g].params() =
+        g == s.group ? std::vector<torch::Tensor>{s.param} : std::vector<torch::Tensor>{};
   }
   auto restore = [&] {
     for (size_t i = 0; i < groups.size(); ++i) groups[i].params() = std::move(saved[i]);

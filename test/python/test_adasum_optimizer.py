@@ -94,6 +94,26 @@ def test_two_steps_equal_the_reference(make_opt):
         assert_close(model, ref)
 
 
+def test_param_groups_keep_their_hyperparameters_across_load_state_dict():
+    def groups(m):
+        return [{"params": m[0].parameters()},
+                {"params": m[2].parameters(), "lr": 0.02, "momentum": 0.9}]
+
+    model = mlp()
+    ref = copy.deepcopy(model)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(groups(model), lr=0.1),
+                                   named_parameters=model.named_parameters(), op=hvd.Adasum)
+    ref_opt = torch.optim.SGD(groups(ref), lr=0.1)
+    for step in range(2):
+        x, y = data(40 + step, hvd.rank())
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+        reference_step(ref, ref_opt, [(x, y)])
+        assert_close(model, ref)
+        opt.load_state_dict(opt.state_dict())  # new param group dicts, same order
+
+
 def test_parameters_keep_their_value_until_step():
     model = mlp()
     before = [p.detach().clone() for p in model.parameters()]

@@ -157,6 +157,27 @@ TEST_CASE("Adasum: backward_passes_per_step 2 steps once on the summed gradients
   }
 }
 
+TEST_CASE("Adasum: each param group keeps its own hyperparameters", "[mpi]") {
+  auto make = [](torch::nn::Sequential& m) {
+    std::vector<optim::OptimizerParamGroup> groups;
+    groups.emplace_back(m[0]->parameters());
+    groups.emplace_back(m[2]->parameters(),
+                        std::make_unique<optim::SGDOptions>(optim::SGDOptions(0.02).momentum(0.9)));
+    return std::make_unique<optim::SGD>(std::move(groups), optim::SGDOptions(0.1));
+  };
+  auto model = mlp(), ref = mlp();
+  auto sgd = make(model), ref_sgd = make(ref);
+  hvd::DistributedOptimizer opt(*sgd, model->named_parameters(), adasum());
+  for (int k = 0; k < 2; ++k) {
+    auto [x, y] = batch(60 + k);
+    opt.zero_grad();
+    torch::mse_loss(model->forward(x), y).backward();
+    opt.step();
+    reference_step(ref, *ref_sgd, {{x, y}}, "ref.groups." + std::to_string(k));
+    require_close(model, ref, 1e-6);
+  }
+}
+
 TEST_CASE("Adasum: fp16 compression sends the delta as 16-bit floats", "[mpi]") {
   auto model = mlp(), ref = mlp();
   optim::SGD sgd(model->parameters(), 0.1);

@@ -35,10 +35,13 @@ class _Flag:
 
 class _Slot:
     """One parameter: its hook, its pass count, its reduction in flight."""
-    __slots__ = ("param", "name", "passes", "handle", "ctx", "old", "hooks", "acc")
+    __slots__ = ("param", "name", "group", "passes", "handle", "ctx", "old", "hooks", "acc")
 
-    def __init__(self, param, name):
+    def __init__(self, param, name, group):
         self.param, self.name = param, name
+        # The index of the param group holding it (an index, not the dict: load_state_dict()
+        # replaces the dicts, keeping their order).
+        self.group = group
         self.passes = 0  # backward passes that reached it since its last reduction
         self.handle = self.ctx = self.old = self.acc = None
         self.hooks = []
@@ -88,7 +91,7 @@ class _DistributedAdasumOptimizer:
         self._hvd_passive = passive
         self._hvd_flag = _Flag()
         self._hvd_slots = []
-        self._hvd_add_slots(self.param_groups)
+        self._hvd_add_slots(0)
         weakref.finalize(self, _detach_all, self._hvd_slots)
         # Horovod's public attributes.
         self.backward_passes_per_step = settings.bpps
@@ -98,13 +101,14 @@ class _DistributedAdasumOptimizer:
         self.sparse_as_dense = settings.sparse_as_dense
         self._compression = settings.compression
 
-    def _hvd_add_slots(self, param_groups):
-        """Slots (and hooks) for the trainable parameters of `param_groups` not held yet;
-        raises ValueError, adding none, for an unnamed (when names were given) or non-leaf one."""
+    def _hvd_add_slots(self, first_group):
+        """Slots (and hooks) for the trainable parameters not held yet of the param groups from
+        index `first_group` on; raises ValueError, adding none, for an unnamed (when names were
+        given) or non-leaf one."""
         seen = {id(sl.param) for sl in self._hvd_slots}
         count = len(seen)
         found = []
-        for gi, group in enumerate(param_groups):
+        for gi, group in enumerate(self.param_groups[first_group:], first_group):
             for pi, p in enumerate(group["params"]):
                 if not p.requires_grad or id(p) in seen:
                     continue
@@ -118,12 +122,12 @@ class _DistributedAdasumOptimizer:
                 if not p.is_leaf:
                     raise ValueError(f"DistributedOptimizer: parameter '{name}' "
                                      f"({p.dtype}{list(p.shape)}) is not a leaf tensor")
-                found.append((name, p))
+                found.append((name, p, gi))
         ref = weakref.ref(self)
-        for name, p in found:
+        for name, p, gi in found:
             wire = _unique_wire("adasum." + (name or f"param.{count}"), self._hvd_flag)
             count += 1
-            sl = _Slot(p, wire)
+            sl = _Slot(p, wire, gi)
             if not self._hvd_passive:
                 sl.attach(ref)
             self._hvd_slots.append(sl)
@@ -158,8 +162,8 @@ class _DistributedAdasumOptimizer:
         with torch.no_grad():
             old = p.detach().clone()
             try:
-                for g in self.param_groups:
-                    g["params"] = [p] if any(q is p for q in g["params"]) else []
+                for gi, g in enumerate(self.param_groups):
+                    g["params"] = [p] if gi == slot.group else []
                 self._hvd_base.step(self)
             finally:
                 for g, ps in zip(self.param_groups, params):
@@ -244,7 +248,7 @@ class _DistributedAdasumOptimizer:
         """The wrapped optimizer's add_param_group; the new parameters are reduced too."""
         self._hvd_base.add_param_group(self, param_group)
         try:
-            self._hvd_add_slots(self.param_groups[-1:])
+            self._hvd_add_slots(len(self.param_groups) - 1)
         except Exception:
             self.param_groups.pop()
             raise
