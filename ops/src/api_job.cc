@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // hvd's job communicator (see api_job.h). A list of ranks becomes a communicator through
 // MPI_Comm_create_group, which only the listed processes call: each disjoint list is a job of
-// its own. A hash of the list is then compared over the new communicator, so that processes
-// that passed the same members in a different order (which MPI accepts) all fail.
+// its own. The group is made in rank order and a hash of the list compared over it, so that
+// processes that listed the same ranks in different orders all fail, then split into the
+// list's order.
 #include "api_job.h"
 
 #include <algorithm>
@@ -160,27 +161,40 @@ Result<MPI_Comm> make_job_comm(const JobSpec& spec, bool elastic) {
     HVD_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &job));
     return job;
   }
+  // The group in rank order, whatever the order of the list: processes that listed the same
+  // ranks in different orders all get here (MPI_Comm_create_group with groups in different
+  // orders hangs) and fail at the check below.
+  std::vector<int> sorted = spec.ranks;
+  std::sort(sorted.begin(), sorted.end());
   MPI_Group world = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   HVD_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
-  int rc = MPI_Group_incl(world, static_cast<int>(spec.ranks.size()), spec.ranks.data(), &group);
+  int rc = MPI_Group_incl(world, static_cast<int>(sorted.size()), sorted.data(), &group);
   MPI_Group_free(&world);
   HVD_MPI_CHECK(rc);
-  rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, kCreateGroupTag, &job);
+  MPI_Comm sorted_comm = MPI_COMM_NULL;
+  rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, kCreateGroupTag, &sorted_comm);
   MPI_Group_free(&group);
   HVD_MPI_CHECK(rc);
-  MPI_Comm_set_errhandler(job, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(sorted_comm, MPI_ERRORS_RETURN);
   const uint64_t h = list_hash(spec.ranks);
   uint64_t mine[2] = {h, ~h}, least[2] = {0, 0};
-  rc = MPI_Allreduce(mine, least, 2, MPI_UINT64_T, MPI_MIN, job);
-  if (rc != MPI_SUCCESS || least[0] != mine[0] || least[1] != mine[1]) {
-    MPI_Comm_free(&job);
-    HVD_MPI_CHECK(rc);
+  rc = MPI_Allreduce(mine, least, 2, MPI_UINT64_T, MPI_MIN, sorted_comm);
+  if (rc == MPI_SUCCESS && (least[0] != mine[0] || least[1] != mine[1])) {
+    MPI_Comm_free(&sorted_comm);
     return invalid_argument(std::string(spec.call()) + ": this process passed " +
                             list_str(spec.ranks) +
-                            " but another process of the job passed a different list (or the "
-                            "same ranks in another order); pass the same list on every process "
-                            "of the job");
+                            " but another process of the job passed a different list (the same "
+                            "ranks in another order); pass the same list on every process of the "
+                            "job");
   }
+  if (rc == MPI_SUCCESS) {
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    const auto at = std::find(spec.ranks.begin(), spec.ranks.end(), world_rank);
+    rc = MPI_Comm_split(sorted_comm, 0, static_cast<int>(at - spec.ranks.begin()), &job);
+  }
+  MPI_Comm_free(&sorted_comm);
+  HVD_MPI_CHECK(rc);
   return job;
 }
 

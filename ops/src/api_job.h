@@ -33,8 +33,8 @@ Result<std::vector<int>> job_world_ranks(const JobSpec& spec);
 
 /// A new communicator of the job `spec` names (the caller frees it). Collective over the job's
 /// processes only. MPI is initialised. Refuses what job_world_ranks() refuses, and in elastic
-/// mode (`elastic`) every job but the whole of MPI_COMM_WORLD in its order; for a list, lists
-/// that differ between the job's processes fail on every one of them.
+/// mode (`elastic`) every job but the whole of MPI_COMM_WORLD in its order; for a list, the
+/// same ranks listed in different orders fail on every process of the list.
 Result<MPI_Comm> make_job_comm(const JobSpec& spec, bool elastic);
 
 }  // namespace hvd::detail

@@ -173,6 +173,15 @@ TEST_CASE("init refuses a bad communicator or list on the calling process", "[mp
              Contains("this process (rank " + std::to_string(wr) +
                       " of MPI_COMM_WORLD) is not in the list"));
 
+  // The same ranks in another order on one process of each job (np >= 4): every process of
+  // the job fails, none hangs.
+  if (n >= 4) {
+    std::vector<int> job = my_job();
+    if (wr == job.back()) std::reverse(job.begin(), job.end());
+    CHECK_THAT(refusal([&] { hvd::init_on_ranks(job); }),
+               Contains("another process of the job passed a different list"));
+  }
+
   // An intercommunicator between the two halves (leaders: MPI_COMM_WORLD ranks 0 and 1).
   MPI_Comm half = MPI_COMM_NULL, inter = MPI_COMM_NULL;
   REQUIRE(MPI_Comm_split(MPI_COMM_WORLD, wr % 2, wr, &half) == MPI_SUCCESS);

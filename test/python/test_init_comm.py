@@ -162,6 +162,16 @@ def test_bad_communicator_or_list_is_refused(comm, needle):
     assert not hvd.is_initialized()
 
 
+@pytest.mark.ranks(4, "a job of two ranks or more")
+def test_same_ranks_in_another_order_fail_on_every_process_of_the_job():
+    job = my_job()
+    if WR == job[-1]:
+        job = job[::-1]
+    with pytest.raises(ValueError, match="another process of the job passed a different list"):
+        hvd.init(comm=job)
+    assert not hvd.is_initialized()
+
+
 def test_elastic_mode_stays_on_the_world(monkeypatch):
     monkeypatch.setenv("HVD_ELASTIC_STATE_DIR", "/nonexistent/hvd-init-comm-test")
     with pytest.raises(ValueError, match="elastic mode"):

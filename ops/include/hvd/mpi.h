@@ -35,9 +35,9 @@ void init(MPI_Comm comm, const std::vector<std::vector<int>>& process_sets);
 /// the list calls it with the same list, in the same order (collective over those processes
 /// only; a process of another, disjoint list forms another job). Throws hvd::Error
 /// (kInvalidArgument) at once on this process when the list is empty, has a rank twice or out
-/// of range, or does not hold this process's rank. Lists that differ between the processes are
-/// a mistake MPI may not see (the call can hang); where the call completes, they fail on every
-/// process of the list. Otherwise as init(MPI_Comm).
+/// of range, or does not hold this process's rank; on every process of the list when they
+/// listed the same ranks in different orders. Lists of different ranks are a mistake MPI cannot
+/// see: the call may hang. Otherwise as init(MPI_Comm).
 void init_on_ranks(const std::vector<int>& world_ranks);
 /// init_on_ranks(world_ranks), then add_process_set() for each list (ranks of the new job).
 void init_on_ranks(const std::vector<int>& world_ranks,
