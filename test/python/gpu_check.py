@@ -70,6 +70,13 @@ def main():
     gs = hvd.grouped_allreduce([torch.ones(3, device=dev), torch.ones(4, device=dev) * 2],
                                op=hvd.Sum, name="gar")
     check("grouped_allreduce", bool((gs[0] == n).all() and (gs[1] == 2 * n).all()), str(gs))
+    # Adasum on CUDA tensors: on one node the average of the ranks (as in Horovod), so the
+    # same tensor on every rank comes back unchanged.
+    for dtype in (torch.float32, torch.float16):
+        x = torch.arange(1, 13, device=dev).to(dtype)
+        ad = hvd.allreduce(x, op=hvd.Adasum, name=f"adasum.{dtype}")
+        check(f"allreduce Adasum {dtype}", ad.device == dev and torch.equal(ad.cpu(), x.cpu()),
+              str(ad))
 
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 4).to(dev)
