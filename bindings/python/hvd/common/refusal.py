@@ -3,10 +3,9 @@
 
 A mistake this rank makes before its call reaches hvd's core (an unsupported dtype or device,
 a sparse tensor, an invalid op, reducescatter with Adasum, a non-tensor or non-array, an
-argument out of range)
-would leave the other ranks waiting for it. `refusing(op)` wraps a collective so that such a
-call is refused through negotiation instead (every rank's call of it fails at once, naming this
-rank), then the mistake is raised here as it was.
+argument out of range) would leave the other ranks waiting for it. `refusing(op)` wraps a
+collective so that such a call is refused through negotiation instead (every rank's call of it
+fails at once, naming this rank), then the mistake is raised here as it was.
 """
 import functools
 import inspect
