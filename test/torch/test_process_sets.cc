@@ -71,10 +71,16 @@ class Sets {
   /// What a refusal of a root outside this rank's set must say besides the root.
   std::string outsider_reason() const {
     if (!split_) return "out of range";
+    // Consecutive ranks as a range, as hvd writes rank lists: [0, 2, 4, 5, 6] is "0,2,4-6".
     const std::vector<int>& m = my_ranks();
     std::string ranks;
-    for (size_t i = 0; i < m.size(); ++i) ranks += (i ? "," : "") + std::to_string(m[i]);
-    // m is [1, 3] or [0, 2] at np 4: no consecutive ranks, so rank_ranges lists each.
+    for (size_t i = 0; i < m.size();) {
+      size_t j = i;
+      while (j + 1 < m.size() && m[j + 1] == m[j] + 1) ++j;
+      ranks += (ranks.empty() ? "" : ",") + std::to_string(m[i]);
+      if (j > i) ranks += "-" + std::to_string(m[j]);
+      i = j + 1;
+    }
     return "process set " + std::to_string(mine().id()) + " (global ranks " + ranks + ")";
   }
 
