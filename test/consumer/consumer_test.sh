@@ -42,8 +42,9 @@ build_and_run() {
 unset LD_LIBRARY_PATH
 step "cmake --install into a fresh prefix"
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
-for f in bin/hvdrun include/hvd/hvd.h include/hvd/config.h lib/cmake/hvd/hvdConfig.cmake \
-         lib/cmake/hvd/hvdConfigVersion.cmake lib/libhvd_ops.so lib/libhvd_core.so; do
+for f in bin/hvdrun include/hvd/hvd.h include/hvd/mpi.h include/hvd/config.h \
+         lib/cmake/hvd/hvdConfig.cmake lib/cmake/hvd/hvdConfigVersion.cmake lib/libhvd_ops.so \
+         lib/libhvd_core.so; do
   [[ -e "$work/prefix/$f" ]] || { echo "FAIL: $f is not installed" >&2; exit 1; }
 done
 runpath=$(readelf -d "$work/prefix/lib/libhvd_ops.so" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')

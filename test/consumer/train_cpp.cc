@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The C++ API from an installed hvd: every rank contributes (rank + 1) * (i + 1) and checks the
-// sum against the closed form, then allgathers its rank. Prints "OK rank R of N" on success.
+// sum against the closed form, then allgathers its rank, then starts hvd again on a
+// communicator (hvd/mpi.h). Prints "OK rank R of N" on success.
 #include <cstdio>
 #include <vector>
 
 #include "hvd/hvd.h"
+#include "hvd/mpi.h"
 
 int main() {
   hvd::init();
@@ -31,8 +33,15 @@ int main() {
       return 1;
     }
   }
-  std::printf("OK rank %d of %d (local %d of %d)\n", rank, size, hvd::local_rank(),
-              hvd::local_size());
+  const int local_rank = hvd::local_rank(), local_size = hvd::local_size();
   hvd::shutdown();
+  hvd::init(MPI_COMM_WORLD);
+  if (hvd::rank() != rank || hvd::size() != size) {
+    std::fprintf(stderr, "rank %d: on MPI_COMM_WORLD hvd says rank %d of %d\n", rank, hvd::rank(),
+                 hvd::size());
+    return 1;
+  }
+  hvd::shutdown();
+  std::printf("OK rank %d of %d (local %d of %d)\n", rank, size, local_rank, local_size);
   return 0;
 }
