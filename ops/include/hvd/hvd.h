@@ -32,7 +32,7 @@ namespace hvd {
 /// negotiation (and response cache) and background thread, so work on disjoint sets runs
 /// concurrently. A default-constructed ProcessSet is the global set (id 0, every rank).
 /// Ranks inside a set are numbered 0..size-1 in the order of the global ranks given to
-/// add_process_set (broadcast roots and alltoall splits use these numbers).
+/// add_process_set (alltoall splits use these numbers; broadcast roots are global ranks).
 class ProcessSet {
  public:
   ProcessSet() = default;
