@@ -3,9 +3,14 @@
 // hvd/hvd.h so that programs which never name an MPI type do not include <mpi.h> through hvd.
 //
 // clang-format off
+//   int provided, world_rank;
+//   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);  // then MPI_Finalize is yours
+//   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
 //   MPI_Comm half;                                  // ranks 0, 2, ... and 1, 3, ...: two jobs
 //   MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
 //   hvd::init(half);                                // rank(), size(), collectives: within `half`
+// or, without a communicator (called by MPI_COMM_WORLD ranks 0 and 2 only):
+//   hvd::init_on_ranks({0, 2});                     // hvd rank 0 is world rank 0, rank 1 is 2
 // clang-format on
 #pragma once
 
