@@ -289,7 +289,10 @@ void start(const detail::JobSpec& job) {
   if (s.runtime) {
     if (job.kind == detail::JobSpec::Kind::kWorld) return;
     auto members = detail::job_world_ranks(job);
-    if (!members.ok()) throw Error(members.status());
+    if (!members.ok()) {
+      throw Error(Status(members.status().code(),
+                         std::string(job.call()) + ": " + members.status().message()));
+    }
     if (members.value() == s.job_world_ranks) return;
     throw Error(precondition(std::string(job.call()) +
                              ": hvd already runs, on another job (MPI_COMM_WORLD ranks " +

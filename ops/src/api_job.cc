@@ -34,19 +34,18 @@ uint64_t list_hash(const std::vector<int>& v) {
   return h;
 }
 
-Status check_comm(const char* call, MPI_Comm comm) {
+Status check_comm(MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) {
-    return invalid_argument(std::string(call) +
-                            ": the communicator is MPI_COMM_NULL (this process belongs to no "
-                            "communicator there); pass one this process is a member of, or "
-                            "call init() for MPI_COMM_WORLD");
+    return invalid_argument(
+        "the communicator is MPI_COMM_NULL (this process belongs to no communicator there); "
+        "pass one this process is a member of, or call init() for MPI_COMM_WORLD");
   }
   int inter = 0;
   HVD_MPI_CHECK(MPI_Comm_test_inter(comm, &inter));
   if (inter) {
-    return invalid_argument(std::string(call) +
-                            ": the communicator is an intercommunicator; pass an "
-                            "intracommunicator (MPI_Intercomm_merge makes one)");
+    return invalid_argument(
+        "the communicator is an intercommunicator; pass an intracommunicator "
+        "(MPI_Intercomm_merge makes one)");
   }
   return Status::OK();
 }
@@ -86,7 +85,7 @@ const char* JobSpec::call() const {
 }
 
 Status check_world_ranks(const std::vector<int>& ranks, int world_size, int world_rank) {
-  const std::string head = "hvd::init_on_ranks(" + list_str(ranks) + "): ";
+  const std::string head = "ranks " + list_str(ranks) + ": ";
   if (ranks.empty()) {
     return invalid_argument(head +
                             "the list is empty; list the MPI_COMM_WORLD ranks of the job "
@@ -124,10 +123,8 @@ Result<std::vector<int>> job_world_ranks(const JobSpec& spec) {
       return all;
     }
     case JobSpec::Kind::kComm: {
-      HVD_RETURN_IF_ERROR(check_comm(spec.call(), spec.comm));
-      auto r = world_ranks_of(spec.comm);
-      if (!r.ok()) return Status(r.status().code(), spec.call() + (": " + r.status().message()));
-      return r;
+      HVD_RETURN_IF_ERROR(check_comm(spec.comm));
+      return world_ranks_of(spec.comm);
     }
     case JobSpec::Kind::kRanks:
       HVD_RETURN_IF_ERROR(check_world_ranks(spec.ranks, world_size, world_rank));
@@ -146,10 +143,10 @@ Result<MPI_Comm> make_job_comm(const JobSpec& spec, bool elastic) {
     bool whole = static_cast<int>(m.size()) == world_size;
     for (size_t i = 0; whole && i < m.size(); ++i) whole = m[i] == static_cast<int>(i);
     if (!whole) {
-      return invalid_argument(std::string(spec.call()) +
-                              ": elastic mode (hvdrun --min-np) runs hvd on every process of "
-                              "the job, MPI_COMM_WORLD; a communicator or list of ranks of part "
-                              "of it is not supported there: call init() without one");
+      return invalid_argument(
+          "elastic mode (hvdrun --min-np) runs hvd on every process of the job, "
+          "MPI_COMM_WORLD; a communicator or list of ranks of part of it is not supported "
+          "there: call init() without one");
     }
   }
   MPI_Comm job = MPI_COMM_NULL;
@@ -181,8 +178,7 @@ Result<MPI_Comm> make_job_comm(const JobSpec& spec, bool elastic) {
   rc = MPI_Allreduce(mine, least, 2, MPI_UINT64_T, MPI_MIN, sorted_comm);
   if (rc == MPI_SUCCESS && (least[0] != mine[0] || least[1] != mine[1])) {
     MPI_Comm_free(&sorted_comm);
-    return invalid_argument(std::string(spec.call()) + ": this process passed " +
-                            list_str(spec.ranks) +
+    return invalid_argument("this process passed " + list_str(spec.ranks) +
                             " but another process of the job passed a different list (the same "
                             "ranks in another order); pass the same list on every process of the "
                             "job");

@@ -18,7 +18,8 @@ struct JobSpec {
   MPI_Comm comm = MPI_COMM_NULL;  ///< kComm: the caller's communicator
   std::vector<int> ranks;         ///< kRanks: MPI_COMM_WORLD ranks, in the order of hvd's ranks
 
-  /// How errors name the call: "hvd::init()", "hvd::init(comm)" or "hvd::init_on_ranks()".
+  /// How errors name the call: "hvd::init()", "hvd::init(comm)" or "hvd::init_on_ranks()"
+  /// (the functions below leave that to their caller).
   const char* call() const;
 };
 
