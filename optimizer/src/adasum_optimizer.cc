@@ -6,7 +6,6 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <unordered_map>
-#include <unordered_set>
 
 #include "hvd/core/handle.h"
 #include "hvd/core/status.h"
@@ -16,29 +15,26 @@
 namespace hvd::optim::detail {
 namespace {
 
-/// The wire names of the live Adasum optimizers' parameters.
-class LiveWires {
+/// Wire names of the Adasum optimizers' parameters: a name's first use in this process is the
+/// name, later ones `name#2`, `name#3`, ... in the order optimizers register them, never
+/// reused. Ranks that build their optimizers in the same order agree on every name, whatever
+/// each keeps alive: a suffix freed when an optimizer is destroyed would depend on when each
+/// rank destroys it (a reference held on one rank only), and the ranks' names would differ.
+class WireNames {
  public:
-  /// `name`, or `name#k` with the smallest k >= 2 not in use; reserved until release().
-  std::string reserve(const std::string& name) {
+  std::string assign(const std::string& name) {
     std::lock_guard<std::mutex> lk(mu_);
-    std::string wire = name;
-    for (int k = 2; names_.count(wire); ++k) wire = name + "#" + std::to_string(k);
-    names_.insert(wire);
-    return wire;
-  }
-  void release(const std::string& wire) {
-    std::lock_guard<std::mutex> lk(mu_);
-    names_.erase(wire);
+    const int k = ++uses_[name];
+    return k == 1 ? name : name + "#" + std::to_string(k);
   }
 
  private:
   std::mutex mu_;
-  std::unordered_set<std::string> names_;
+  std::unordered_map<std::string, int> uses_;
 };
 
-LiveWires& live_wires() {
-  static auto* w = new LiveWires();  // never destroyed: optimizers may outlive statics
+WireNames& wire_name_table() {
+  static auto* w = new WireNames();  // never destroyed: optimizers may outlive statics
   return *w;
 }
 
@@ -92,7 +88,7 @@ AdasumUpdate::AdasumUpdate(torch::optim::Optimizer& optimizer,
     s->group = group_of[s->param.unsafeGetTensorImpl()];
     const std::string& name = params[i].first;
     s->wire_name =
-        live_wires().reserve("adasum." + (name.empty() ? "param." + std::to_string(i) : name));
+        wire_name_table().assign("adasum." + (name.empty() ? "param." + std::to_string(i) : name));
     slots_.push_back(s);
   }
   if (passive_) return;
@@ -106,7 +102,6 @@ AdasumUpdate::~AdasumUpdate() {
   for (auto& s : slots_) {
     if (s->accumulator) s->accumulator->del_post_hook(s->hook_key);
     if (s->handle.valid()) (void)s->handle.wait_status();
-    live_wires().release(s->wire_name);
   }
 }
 

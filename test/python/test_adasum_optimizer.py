@@ -269,3 +269,31 @@ def test_a_process_set_reduces_over_its_ranks_and_others_step_alone():
         assert_close(model, ref)
     finally:
         hvd.remove_process_set(ps)
+
+
+def test_wire_names_do_not_depend_on_what_a_rank_keeps_alive():
+    """An old Adasum optimizer kept alive on rank 0 only (a traceback, a logger) and collected on
+    the others: a new optimizer over the same names gets the same wire names on every rank, then
+    trains to the same parameters (names given out in registration order, never reused)."""
+    import gc
+    model = nn.Linear(3, 2)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    old = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), op=hvd.Adasum)
+    kept = [old] if hvd.rank() == 0 else []
+    del old
+    gc.collect()
+    fresh = nn.Linear(3, 2)
+    hvd.broadcast_parameters(fresh.state_dict(), root_rank=0)
+    new = hvd.DistributedOptimizer(torch.optim.SGD(fresh.parameters(), lr=0.1),
+                                   named_parameters=fresh.named_parameters(), op=hvd.Adasum)
+    names = sorted(sl.name for sl in new._hvd_slots)
+    assert names and all(n == names for n in hvd.allgather_object(names, name="test.adasum.wires"))
+    torch.manual_seed(hvd.rank())
+    new.zero_grad()
+    fresh(torch.randn(ROWS, 3)).pow(2).sum().backward()
+    new.step()
+    for p in fresh.parameters():
+        every = gathered(p)
+        assert all(np.array_equal(e, every[0]) for e in every)
+    del kept

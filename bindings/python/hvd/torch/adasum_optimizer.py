@@ -23,14 +23,11 @@ import torch
 from hvd.common.basics import Adasum
 from hvd.torch import mpi_ops
 
-# Wire names of the live Adasum optimizers' parameters: a second optimizer using a name gets a
-# suffix "#2", "#3", ... (the same on every rank when optimizers are built in the same order).
-_live_wires = weakref.WeakValueDictionary()
-
-
-class _Flag:
-    """Holds a wire name in _live_wires while its optimizer lives."""
-    __slots__ = ("__weakref__",)
+# How often each wire name was given out in this process: a name's first use is the name, later
+# ones "name#2", "name#3", ... in the order optimizers register them, never reused. Ranks that
+# build their optimizers in the same order agree on every name, whatever each keeps alive (a
+# suffix freed by garbage collection would depend on when each rank collects an optimizer).
+_wire_uses = {}
 
 
 class _Slot:
@@ -71,13 +68,10 @@ def _detach_all(slots):
         sl.detach()
 
 
-def _unique_wire(name, flag):
-    wire, k = name, 1
-    while wire in _live_wires:
-        k += 1
-        wire = f"{name}#{k}"
-    _live_wires[wire] = flag
-    return wire
+def _unique_wire(name):
+    k = _wire_uses.get(name, 0) + 1
+    _wire_uses[name] = k
+    return name if k == 1 else f"{name}#{k}"
 
 
 class _DistributedAdasumOptimizer:
@@ -89,7 +83,6 @@ class _DistributedAdasumOptimizer:
         self._hvd_names = names
         # One rank in the set, or this rank outside it: the wrapped optimizer, unchanged.
         self._hvd_passive = passive
-        self._hvd_flag = _Flag()
         self._hvd_slots = []
         self._hvd_add_slots(0)
         weakref.finalize(self, _detach_all, self._hvd_slots)
@@ -125,7 +118,7 @@ class _DistributedAdasumOptimizer:
                 found.append((name, p, gi))
         ref = weakref.ref(self)
         for name, p, gi in found:
-            wire = _unique_wire("adasum." + (name or f"param.{count}"), self._hvd_flag)
+            wire = _unique_wire("adasum." + (name or f"param.{count}"))
             count += 1
             sl = _Slot(p, wire, gi)
             if not self._hvd_passive:

@@ -206,8 +206,8 @@ class DistributedOptimizer {
   torch::optim::Optimizer& optimizer() { return optimizer_; }
   /// The names of this optimizer's parameters' reductions on the wire ("grad.<name>", with a
   /// suffix "#k" where another live tensor had the name first; kAdasum: "adasum.<name>" or
-  /// "adasum.param.<n>", with a suffix "#k" where another live Adasum optimizer has it), in
-  /// optimizer order.
+  /// "adasum.param.<n>", with a suffix "#k" on the k-th Adasum optimizer of this process using
+  /// the name: given out in registration order, never reused), in optimizer order.
   std::vector<std::string> parameter_names() const;
   const std::string& label() const { return label_; }
   /// gradient_as_bucket_view: the bucket of each parameter (wire names "hvd.bucket.<g>.<k>"),
