@@ -98,26 +98,17 @@ class _DistributedAdasumOptimizer:
         """Slots (and hooks) for the trainable parameters not held yet of the param groups from
         index `first_group` on; raises ValueError, adding none, for an unnamed (when names were
         given) or non-leaf one."""
+        from hvd.torch.optimizer import new_trainable  # optimizer.py imports this module
         seen = {id(sl.param) for sl in self._hvd_slots}
         count = len(seen)
-        found = []
-        for gi, group in enumerate(self.param_groups[first_group:], first_group):
-            for pi, p in enumerate(group["params"]):
-                if not p.requires_grad or id(p) in seen:
-                    continue
-                seen.add(id(p))
-                name = None if self._hvd_names is None else self._hvd_names.get(id(p))
-                if self._hvd_names is not None and name is None:
-                    raise ValueError(
-                        f"DistributedOptimizer: named_parameters was given, but parameter {pi} of "
-                        f"param group {gi} ({p.dtype}{list(p.shape)}) is not named; pass the "
-                        "names of all the optimizer's parameters, or none")
-                if not p.is_leaf:
-                    raise ValueError(f"DistributedOptimizer: parameter '{name}' "
-                                     f"({p.dtype}{list(p.shape)}) is not a leaf tensor")
-                found.append((name, p, gi))
+        found = new_trainable(enumerate(self.param_groups[first_group:], first_group),
+                              self._hvd_names, seen)
+        for _, name, p in found:
+            if not p.is_leaf:
+                raise ValueError(f"DistributedOptimizer: parameter '{name}' "
+                                 f"({p.dtype}{list(p.shape)}) is not a leaf tensor")
         ref = weakref.ref(self)
-        for name, p, gi in found:
+        for gi, name, p in found:
             wire = _unique_wire("adasum." + (name or f"param.{count}"))
             count += 1
             sl = _Slot(p, wire, gi)

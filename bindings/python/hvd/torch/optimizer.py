@@ -127,6 +127,26 @@ def _make_groups(num_groups, groups, specs):
     return out
 
 
+def new_trainable(indexed_groups, names, seen):
+    """[(group index, name or None, param)] of the trainable parameters of `indexed_groups`
+    ((index, param group) pairs) whose id is not in `seen`, each once (`seen` grows). `names`
+    ({id: name}, or None when none were given): a parameter without one is a ValueError."""
+    out = []
+    for gi, group in indexed_groups:
+        for pi, p in enumerate(group["params"]):
+            if not p.requires_grad or id(p) in seen:
+                continue
+            seen.add(id(p))
+            name = None if names is None else names.get(id(p))
+            if names is not None and name is None:
+                raise ValueError(
+                    f"DistributedOptimizer: named_parameters was given, but parameter {pi} of "
+                    f"param group {gi} ({p.dtype}{list(p.shape)}, Python object id {id(p)}) "
+                    "is not named; pass the names of all the optimizer's parameters, or none")
+            out.append((gi, name, p))
+    return out
+
+
 class _DistributedOptimizer:
     """Methods of the subclass DistributedOptimizer() creates for the wrapped class."""
 
@@ -180,20 +200,8 @@ class _DistributedOptimizer:
         """[(name or None, param)] of the trainable parameters not registered yet."""
         seen = set() if self._hvd_entries is None else \
             {id(slot.param) for slot in self._hvd_entries.slots}
-        specs = []
-        for gi, group in enumerate(param_groups):
-            for pi, p in enumerate(group["params"]):
-                if not p.requires_grad or id(p) in seen:
-                    continue
-                seen.add(id(p))
-                name = None if self._hvd_names is None else self._hvd_names.get(id(p))
-                if self._hvd_names is not None and name is None:
-                    raise ValueError(
-                        f"DistributedOptimizer: named_parameters was given, but parameter {pi} of "
-                        f"param group {gi} ({p.dtype}{list(p.shape)}, Python object id {id(p)}) "
-                        "is not named; pass the names of all the optimizer's parameters, or none")
-                specs.append((name, p))
-        return specs
+        return [(name, p) for _, name, p in new_trainable(enumerate(param_groups), self._hvd_names,
+                                                          seen)]
 
     def synchronize(self):
         """Waits until every parameter of this optimizer holds its reduced gradient. Reductions
