@@ -2,7 +2,9 @@
 // Helpers shared by the NCCL executor's source files. Private.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "hvd/core/executor.h"
 #include "hvd/ops/nccl/check.h"
 #include "hvd/ops/nccl/kernels.h"
+#include "hvd/ops/nccl/plan.h"
 
 namespace hvd::ops::nccl {
 
@@ -67,5 +70,33 @@ class Inputs {
   std::vector<bool> valid_;
   Status first_;
 };
+
+/// A fused response's tensors laid out in the fusion buffer (fused_layout, `multiple` equal
+/// chunks), with the copies into it (a tensor that is not valid contributes zeros) and out of it
+/// (valid tensors only).
+struct FusedStage {
+  std::vector<int64_t> numels;
+  FusedLayout layout;
+  uint8_t* buf = nullptr;
+  std::vector<CopyDesc> in, out;
+};
+
+/// Fills `*st` for `es`; a failed allocation returns d->fail_response()'s status.
+inline Status stage_fused(DeviceState* d, const std::vector<core::TensorEntry*>& es,
+                          const Inputs& in, size_t esize, int64_t multiple, FusedStage* st) {
+  st->numels.resize(es.size());
+  for (size_t i = 0; i < es.size(); ++i) st->numels[i] = es[i]->input.numel();
+  st->layout = fused_layout(st->numels, esize, multiple);
+  auto fb = d->fusion.get(static_cast<size_t>(std::max<int64_t>(st->layout.padded, 1)) * esize);
+  if (!fb.ok()) return d->fail_response(fb.status());
+  st->buf = static_cast<uint8_t*>(fb.value());
+  for (size_t i = 0; i < es.size(); ++i) {
+    uint8_t* slot = st->buf + static_cast<size_t>(st->layout.offset[i]) * esize;
+    const bool ok = in.valid(i);
+    st->in.push_back({ok ? es[i]->input.data : nullptr, slot, st->numels[i]});
+    if (ok) st->out.push_back({slot, es[i]->output.data, st->numels[i]});
+  }
+  return Status::OK();
+}
 
 }  // namespace hvd::ops::nccl

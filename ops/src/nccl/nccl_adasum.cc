@@ -76,22 +76,13 @@ Status NcclExecutor::adasum_allreduce(DeviceState* d, const core::Response& r,
   HVD_RETURN_IF_ERROR(in.check(/*outputs_known=*/true));
   HVD_RETURN_IF_ERROR(d->wait_inputs(es));
 
-  std::vector<int64_t> numels(es.size());
-  for (size_t i = 0; i < es.size(); ++i) numels[i] = es[i]->input.numel();
-  const FusedLayout l = fused_layout(numels, esize, d->local_size);
-  auto fb = d->fusion.get(static_cast<size_t>(std::max<int64_t>(l.padded, 1)) * esize);
-  if (!fb.ok()) return d->fail_response(fb.status());
-  auto* buf = static_cast<uint8_t*>(fb.value());
-  std::vector<CopyDesc> cin, cout;
-  for (size_t i = 0; i < es.size(); ++i) {
-    uint8_t* slot = buf + static_cast<size_t>(l.offset[i]) * esize;
-    const bool ok = in.valid(i);
-    cin.push_back({ok ? es[i]->input.data : nullptr, slot, numels[i]});
-    if (ok) cout.push_back({slot, es[i]->output.data, numels[i]});
-  }
+  FusedStage st;
+  HVD_RETURN_IF_ERROR(stage_fused(d, es, in, esize, d->local_size, &st));
+  const FusedLayout& l = st.layout;
+  uint8_t* buf = st.buf;
   {
     core::PhaseScope copy(core::Phase::kCopyIn);
-    HVD_RETURN_IF_ERROR(d->copy(cin, r.dtype, pre));
+    HVD_RETURN_IF_ERROR(d->copy(st.in, r.dtype, pre));
   }
   {
     core::PhaseScope call(core::Phase::kCollective, kAdasumCall);
@@ -114,7 +105,7 @@ Status NcclExecutor::adasum_allreduce(DeviceState* d, const core::Response& r,
         host = f.value();
         host_type = DataType::kFloat32;
       }
-      const auto segs = shard_segments(l.offset, numels, d->local_rank * chunk, chunk);
+      const auto segs = shard_segments(l.offset, st.numels, d->local_rank * chunk, chunk);
       bool abandoned = false;
       Status s = adasum_across_nodes(host, chunk, host_type, segs, *d->adasum_nodes,
                                      opts_.should_abort, &abandoned);
@@ -135,7 +126,7 @@ Status NcclExecutor::adasum_allreduce(DeviceState* d, const core::Response& r,
         d->local, ncclAllGather(mine, buf, static_cast<size_t>(chunk), type, d->local, d->stream));
   }
   core::PhaseScope copy(core::Phase::kCopyOut);
-  HVD_RETURN_IF_ERROR(d->copy(cout, r.dtype, post));
+  HVD_RETURN_IF_ERROR(d->copy(st.out, r.dtype, post));
   return in.status();
 }
 

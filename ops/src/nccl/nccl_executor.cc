@@ -240,22 +240,13 @@ Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
   }
 
   // Fused: offsets aligned to 16 bytes (padding is reduced too, and ignored).
-  std::vector<int64_t> numels(es.size());
-  for (size_t i = 0; i < es.size(); ++i) numels[i] = es[i]->input.numel();
-  const FusedLayout l = fused_layout(numels, esize, hier ? d->local_size : 1);
-  auto fb = d->fusion.get(static_cast<size_t>(std::max<int64_t>(l.padded, 1)) * esize);
-  if (!fb.ok()) return d->fail_response(fb.status());
-  auto* buf = static_cast<uint8_t*>(fb.value());
-  std::vector<CopyDesc> cin, cout;
-  for (size_t i = 0; i < es.size(); ++i) {
-    uint8_t* slot = buf + static_cast<size_t>(l.offset[i]) * esize;
-    const bool ok = in.valid(i);
-    cin.push_back({ok ? es[i]->input.data : nullptr, slot, numels[i]});
-    if (ok) cout.push_back({slot, es[i]->output.data, numels[i]});
-  }
+  FusedStage st;
+  HVD_RETURN_IF_ERROR(stage_fused(d, es, in, esize, hier ? d->local_size : 1, &st));
+  const FusedLayout& l = st.layout;
+  uint8_t* buf = st.buf;
   {
     core::PhaseScope copy(core::Phase::kCopyIn);  // the launch of the copy kernel
-    HVD_RETURN_IF_ERROR(d->copy(cin, r.dtype, pre));
+    HVD_RETURN_IF_ERROR(d->copy(st.in, r.dtype, pre));
   }
   if (hier) {
     core::PhaseScope call(core::Phase::kCollective, kHierarchicalCall);
@@ -266,7 +257,7 @@ Status NcclExecutor::allreduce(DeviceState* d, const Response& r,
                                             d->comm, d->stream));
   }
   core::PhaseScope copy(core::Phase::kCopyOut);  // the launch of the copy kernel
-  HVD_RETURN_IF_ERROR(d->copy(cout, r.dtype, out_scale));
+  HVD_RETURN_IF_ERROR(d->copy(st.out, r.dtype, out_scale));
   return in.status();
 }
 
