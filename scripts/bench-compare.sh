@@ -7,8 +7,10 @@
 #
 #   scripts/bench-compare.sh REV [CASE...]
 #     CASE: 1x1Mi 64x16Ki 16x1Mi 1024x256 1x1Mi:avg 16x1Mi:avg (hvd_bench --case; Sum, :avg
-#     Average) or py:LABEL (python_bench.py --case LABEL, through hvd.torch); default: the four
-#     C++ Sum cases.
+#     Average) or py:LABEL (python_bench.py --case LABEL, through hvd.torch), opt:LABEL and
+#     optstep:LABEL (python_bench.py --only optpath --opt-case LABEL, gradient_as_bucket_view on:
+#     synchronize() of ready gradients; a training step, its ratio (step - no-comm) / raw;
+#     LABEL 1024x1KiB or 64x16KiB; REV must have the option); default: the four C++ Sum cases.
 #   Environment: RUNS (5) runs per side, ITERS (100) iterations per run, NP (2),
 #   BUILD (build) the working tree's build directory (NO_BUILD=1: use it as it is), HVD_COMPARE_CACHE (/tmp/hvd-bench-compare)
 #   where REV's builds are kept, one per commit, so a second comparison against it starts at
@@ -34,7 +36,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 sha=$(git rev-parse --verify "$REV^{commit}")
 want_py=0
-for c in "${CASES[@]}"; do [[ $c == py:* ]] && want_py=1; done
+for c in "${CASES[@]}"; do [[ $c == py:* || $c == opt:* || $c == optstep:* ]] && want_py=1; done
 
 launcher=()
 if command -v ccache >/dev/null; then
@@ -80,7 +82,18 @@ fi
 # One run of CASE on build directory $1: "ms ratio loop_us caller_us" (ratio, CPU: - if absent).
 run_case() {
   local build=$1 c=$2
-  if [[ $c == py:* ]]; then
+  if [[ $c == opt:* || $c == optstep:* ]]; then
+    local label=${c#*:} kind=${c%%:*}
+    if ! ls "$build"/python/hvd/_core*.so >/dev/null 2>&1; then echo "- - - -"; return; fi
+    PYTHONPATH="$build/python" mpirun -np "$NP" --bind-to none --mca mpi_yield_when_idle 1 \
+      -x PYTHONPATH "$PY" bench/python/python_bench.py --only optpath --opt-case "$label" \
+      --iters "$ITERS" --rounds 1 2>/dev/null |
+      awk -v l="$label" -v k="$kind" '$1 == "optpath" && $2 == l {
+        for (i = 3; i < NF; i += 2) v[$i] = $(i + 1)
+        if (k == "opt") printf "%s %.2f - -\n", v["sync_on"], v["sync_on"] / v["raw"]
+        else printf "%s %.2f - -\n", v["step_on"], (v["step_on"] - v["step_none"]) / v["raw"]
+        exit }'
+  elif [[ $c == py:* ]]; then
     local label=${c#py:}
     if ! ls "$build"/python/hvd/_core*.so >/dev/null 2>&1; then echo "- - - -"; return; fi
     PYTHONPATH="$build/python" mpirun -np "$NP" --bind-to none -x PYTHONPATH "$PY" \

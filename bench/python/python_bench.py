@@ -28,8 +28,10 @@
    synchronize (best of 20 bursts): for iterating on the binding's per-call cost, e.g. after
    `mpirun -np 2 --bind-to none build/bench/hvd_bench --case 64x16Ki`.
 3. --only optpath: DistributedOptimizer.synchronize() of 1,024 ready gradients of 1 KiB and of
-   64 of 16 KiB, gradient_as_bucket_view off and on, against one raw MPI_Allreduce of the same
-   bytes (mpi4py), alternating within each of --rounds rounds.
+   64 of 16 KiB, and a training step whose backward only makes those gradients (hvd's share:
+   step minus the plain optimizer's step), gradient_as_bucket_view off and on, against one raw
+   MPI_Allreduce of the same bytes (mpi4py), alternating within each of --rounds rounds
+   (--opt-case LABEL: one case).
 """
 import argparse
 import os
@@ -325,18 +327,27 @@ def bench_case(label, iters, repeat):
 OPT_CASES = [(1024, 256, "1024x1KiB"), (64, 4096, "64x16KiB")]
 
 
-def bench_optpath(iters, rounds):
+def bench_optpath(iters, rounds, only=None):
     """DistributedOptimizer.synchronize() of K ready gradients (one optimizer, SGD with lr 0,
     the step's bookkeeping without the update), gradient_as_bucket_view off and on, against
-    one raw MPI_Allreduce (mpi4py, in place) of the same bytes; the three alternate within each
-    of `rounds` rounds. Median of the slowest rank per round; prints each round's ratios."""
+    one raw MPI_Allreduce (mpi4py, in place) of the same bytes; and a whole training step whose
+    backward only makes the K gradients (zero_grad(), one cat and dot, backward(), step()),
+    hvd off / on against the plain optimizer (no-comm): hvd's share of a step is
+    step - no-comm, to compare with the raw call. All alternate within each of `rounds` rounds.
+    Median of the slowest rank per round; prints each round's ratios and one summary line
+    ("optpath LABEL raw R sync_off .. sync_on .. step_none .. step_off .. step_on ..", medians)
+    for scripts/bench-compare.sh. `only`: one case label."""
     import numpy as np
     from mpi4py import MPI
     from hvd import _core
     comm = MPI.COMM_WORLD
     for k, s, label in OPT_CASES:
+        if only and label != only:
+            continue
         raw_buf = np.ones(k * s, dtype=np.float32)
-        opts = {}
+        x = torch.ones(k * s)
+        fns = {}
+        views = 0
         for bv in (False, True):
             params = [nn.Parameter(torch.ones(s)) for _ in range(k)]
             opt = hvd.DistributedOptimizer(
@@ -351,32 +362,59 @@ def bench_optpath(iters, rounds):
             def sync(opt=opt):
                 opt.synchronize()
                 _core.registry_consume(opt._hvd_owner, opt._hvd_entries)
-            opts[bv] = (sync, params)
-        rows = {"raw": [], "off": [], "on": []}
+
+            def step(opt=opt, params=params):
+                opt.zero_grad()
+                torch.cat(params).dot(x).backward()
+                opt.step()
+            fns["sync_" + ("on" if bv else "off")] = sync
+            fns["step_" + ("on" if bv else "off")] = step
+            if bv:
+                views = sum(1 for p in params if p.grad is not None and p.grad._base is not None)
+        plain_params = [nn.Parameter(torch.ones(s)) for _ in range(k)]
+        plain = torch.optim.SGD(plain_params, lr=0.0)
+
+        def step_none():
+            plain.zero_grad()
+            torch.cat(plain_params).dot(x).backward()
+            plain.step()
+        fns["step_none"] = step_none
+        order = ["raw", "sync_off", "sync_on", "step_none", "step_off", "step_on"]
+        rows = {n: [] for n in order}
         for _ in range(rounds):
             rows["raw"].append(median_slowest(iters, lambda: comm.Allreduce(MPI.IN_PLACE,
                                                                             raw_buf)))
-            rows["off"].append(median_slowest(iters, opts[False][0]))
-            rows["on"].append(median_slowest(iters, opts[True][0]))
+            for n in order[1:]:
+                rows[n].append(median_slowest(iters, fns[n]))
         if hvd.rank() == 0:
-            views = sum(1 for p in opts[True][1]
-                        if p.grad is not None and p.grad._base is not None)
             print(f"optimizer path {label} ({k} gradients, {k * s * 4 >> 10} KiB), np="
                   f"{hvd.size()}, {iters} iterations x {rounds} rounds, ms (median of the "
                   f"slowest rank); {views}/{k} gradients are views with the option on")
             for r in range(rounds):
                 raw = rows["raw"][r]
-                print(f"  round {r + 1}: raw {raw:.3f}  off {rows['off'][r]:.3f} "
-                      f"({rows['off'][r] / raw:.2f}x)  on {rows['on'][r]:.3f} "
-                      f"({rows['on'][r] / raw:.2f}x)")
+                none = rows["step_none"][r]
+                print(f"  round {r + 1}: raw {raw:.3f}  sync off {rows['sync_off'][r]:.3f} "
+                      f"({rows['sync_off'][r] / raw:.2f}x)  on {rows['sync_on'][r]:.3f} "
+                      f"({rows['sync_on'][r] / raw:.2f}x); step no-comm {none:.3f}  off "
+                      f"{rows['step_off'][r]:.3f} ((step - no-comm) / raw "
+                      f"{(rows['step_off'][r] - none) / raw:.2f}x)  on {rows['step_on'][r]:.3f} "
+                      f"({(rows['step_on'][r] - none) / raw:.2f}x)")
             med = {n: statistics.median(v) for n, v in rows.items()}
-            ratio_off = sorted(o / r for o, r in zip(rows["off"], rows["raw"]))
-            ratio_on = sorted(o / r for o, r in zip(rows["on"], rows["raw"]))
-            print(f"  median: raw {med['raw']:.3f}  off {med['off']:.3f}  on {med['on']:.3f}; "
-                  f"per-round x raw: off {statistics.median(ratio_off):.2f} "
-                  f"[{ratio_off[0]:.2f}, {ratio_off[-1]:.2f}]  on "
-                  f"{statistics.median(ratio_on):.2f} [{ratio_on[0]:.2f}, {ratio_on[-1]:.2f}]",
-                  flush=True)
+
+            def spread(vals):
+                vals = sorted(vals)
+                return f"{statistics.median(vals):.2f} [{vals[0]:.2f}, {vals[-1]:.2f}]"
+            print(f"  median: raw {med['raw']:.3f}  sync off {med['sync_off']:.3f}  on "
+                  f"{med['sync_on']:.3f}; per-round x raw: off "
+                  f"{spread([o / r for o, r in zip(rows['sync_off'], rows['raw'])])}  on "
+                  f"{spread([o / r for o, r in zip(rows['sync_on'], rows['raw'])])}")
+            share = {v: [(o - n) / r for o, n, r in
+                         zip(rows["step_" + v], rows["step_none"], rows["raw"])]
+                     for v in ("off", "on")}
+            print(f"  median: step no-comm {med['step_none']:.3f}  off {med['step_off']:.3f}  on "
+                  f"{med['step_on']:.3f}; per-round (step - no-comm) / raw: off "
+                  f"{spread(share['off'])}  on {spread(share['on'])}")
+            print(f"optpath {label} " + " ".join(f"{n} {med[n]:.4f}" for n in order), flush=True)
 
 
 def main():
@@ -389,6 +427,8 @@ def main():
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--only", choices=["train", "allreduce", "optpath"], default=None)
     ap.add_argument("--case", choices=[c[2] for c in CASES], default=None)
+    ap.add_argument("--opt-case", choices=[c[2] for c in OPT_CASES], default=None,
+                    help="--only optpath: this case alone")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--compression", choices=["none", "fp16"], default="none",
                     help="training: gradients sent as they are or as float16 (hvd's "
@@ -420,7 +460,7 @@ def main():
         if a.only in (None, "allreduce"):
             bench_allreduce(a.iters, read_cpp(a.cpp))
         if a.only == "optpath":
-            bench_optpath(a.iters, max(a.rounds, 1))
+            bench_optpath(a.iters, max(a.rounds, 1), a.opt_case)
     dist.destroy_process_group()
     hvd.shutdown()
 

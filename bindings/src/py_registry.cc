@@ -170,6 +170,26 @@ class PyFrontend : public optim::GradFrontend {
       e.discard_as_unraisable("finish");
     }
   }
+  void finish_all(const std::vector<GradParam*>& params, GradReduction& r,
+                  const std::vector<size_t>& index, bool ok, const std::vector<Use>& uses) override {
+    try {
+      const pyb::object& result = static_cast<PyReduction&>(r).result();
+      pyb::list use_list(uses.size());
+      for (size_t i = 0; i < uses.size(); ++i) use_list[i] = pyb::int_(static_cast<int>(uses[i]));
+      py_finish_all(slots_of(params), result ? result : pyb::none(), pyb::cast(index), ok,
+                    use_list);
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable("finish_all");
+    }
+  }
+  void settle_all(const std::vector<GradParam*>& params) override {
+    if (params.empty()) return;
+    try {
+      py_settle_all(slots_of(params));
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable("settle_all");
+    }
+  }
   Result<std::vector<int64_t>> agree(const std::string& name, const std::vector<int64_t>& values,
                                      int32_t process_set) override {
     std::vector<int64_t> buf = values;
@@ -192,12 +212,15 @@ class PyFrontend : public optim::GradFrontend {
     }
   }
   /// Set once by hvd.torch._grad_registry.
-  pyb::object py_submit, py_wait, py_defer, py_make_bucket, py_submit_bucket;
+  pyb::object py_submit, py_wait, py_defer, py_make_bucket, py_submit_bucket, py_finish_all,
+      py_settle_all;
 
  private:
   static pyb::list slots_of(const std::vector<GradParam*>& params) {
-    pyb::list slots;
-    for (GradParam* p : params) slots.append(static_cast<PyGradParam*>(p)->slot());
+    pyb::list slots(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      slots[i] = static_cast<PyGradParam*>(params[i])->slot();
+    }
     return slots;
   }
 };
@@ -279,7 +302,10 @@ void bind_registry(pybind11::module_& m) {
       });
 
   m.def("registry_set_frontend", [](pyb::object submit, pyb::object wait, pyb::object defer,
-                                    pyb::object make_bucket, pyb::object submit_bucket) {
+                                    pyb::object make_bucket, pyb::object submit_bucket,
+                                    pyb::object finish_all, pyb::object settle_all) {
+    frontend().py_finish_all = std::move(finish_all);
+    frontend().py_settle_all = std::move(settle_all);
     frontend().py_submit = std::move(submit);
     frontend().py_wait = std::move(wait);
     frontend().py_defer = std::move(defer);

@@ -89,10 +89,17 @@ struct Frontend : GradFrontend {
     x.base.reset();
     x.on_grad = false;
   }
-  /// One rank in the agreement: its own counts.
-  hvd::Result<std::vector<int64_t>> agree(const std::string&, const std::vector<int64_t>& v,
+  /// Every agreement: its name and how many values it exchanged.
+  std::vector<std::pair<std::string, size_t>> agreed;
+  /// The other ranks' maxima folded into an agreement's values (none: this rank alone).
+  std::function<void(const std::string&, std::vector<int64_t>&)> peer;
+  /// One rank in the agreement: its own counts, unless `peer` says otherwise.
+  hvd::Result<std::vector<int64_t>> agree(const std::string& name, const std::vector<int64_t>& v,
                                           int32_t) override {
-    return v;
+    agreed.emplace_back(name, v.size());
+    std::vector<int64_t> out = v;
+    if (peer) peer(name, out);
+    return out;
   }
 };
 
@@ -246,6 +253,70 @@ TEST_CASE("registry: a group is submitted once every member is ready, with its n
   CHECK(Fixture::grad(es[0]) == 1.f);
   CHECK(Fixture::grad(es[1]) == 2.f);
   CHECK(f.fe.names.size() == 2);
+}
+
+TEST_CASE("registry: the agreement exchanges values per unit, not per member", "[unit]") {
+  Fixture f;
+  std::vector<std::pair<std::string, uint64_t>> names;
+  std::vector<size_t> all;
+  for (uint64_t i = 0; i < 64; ++i) {
+    names.emplace_back("w" + std::to_string(i), i + 1);
+    all.push_back(i);
+  }
+  auto es = f.add(0, names, {}, {all});
+  for (const auto& e : es) f.pass(e, 1);
+  REQUIRE(f.reg.synchronize(0, es).ok());
+  // [count, fingerprint, rounds, most dropped, least dropped, layout] and their flips: 12 values
+  // for 64 members (4 x 65 + 2 = 262 before), one exchange.
+  REQUIRE(f.fe.agreed.size() == 1);
+  CHECK(f.fe.agreed[0].second == 12);
+  CHECK(Fixture::grad(es[63]) == 0.5f);
+}
+
+TEST_CASE("registry: members of a unit dropped unevenly: a second exchange, per member", "[unit]") {
+  Fixture f;
+  auto es = f.add(0, {{"x", 1}, {"y", 2}, {"z", 3}}, {}, {{0, 1, 2}});
+  for (const auto& e : es) f.pass(e, 1);
+  f.reg.quiesce({es[1]});  // y's reduction dropped, x's and z's not: the members differ here
+  SECTION("the same on every rank: no error") {
+    REQUIRE(f.reg.synchronize(0, es).ok());
+    REQUIRE(f.fe.agreed.size() == 2);
+    CHECK(f.fe.agreed[1].first == "grad.agree.dropped.grad.x");
+    CHECK(f.fe.agreed[1].second == 6);  // per member: most, then the flipped least
+  }
+  SECTION("another rank dropped more of z: the error names z") {
+    f.fe.peer = [](const std::string& name, std::vector<int64_t>& v) {
+      if (name == "grad.agree.dropped.grad.x") v[2] = std::max<int64_t>(v[2], 1);
+    };
+    hvd::Status s = f.reg.synchronize(0, es);
+    REQUIRE(s.code() == hvd::StatusCode::kPrecondition);
+    CHECK_THAT(s.message(), Contains("gradient of 'z' was zeroed on some ranks after 0") &&
+                                Contains("on others after 1"));
+  }
+  SECTION("the same counts per member but another rank dropped x: the error names x") {
+    f.fe.peer = [](const std::string& name, std::vector<int64_t>& v) {
+      if (name == "grad.agree.dropped.grad.x") v[0] = std::max<int64_t>(v[0], 1);
+    };
+    hvd::Status s = f.reg.synchronize(0, es);
+    REQUIRE(s.code() == hvd::StatusCode::kPrecondition);
+    CHECK_THAT(s.message(), Contains("gradient of 'x' was zeroed"));
+  }
+}
+
+TEST_CASE("registry: units dropped evenly here but not on another rank fail", "[unit]") {
+  Fixture f;
+  auto es = f.add(0, {{"x", 1}, {"y", 2}}, {}, {{0, 1}});
+  for (const auto& e : es) f.pass(e, 1);
+  // Another rank dropped one reduction of each: in the first exchange the unit's most dropped
+  // is 1 there, 0 here.
+  f.fe.peer = [](const std::string& name, std::vector<int64_t>& v) {
+    if (name == "grad.agree.grad.x") v[3] = std::max<int64_t>(v[3], 1);
+    if (name == "grad.agree.dropped.grad.x") v[0] = v[1] = 1;
+  };
+  hvd::Status s = f.reg.synchronize(0, es);
+  REQUIRE(s.code() == hvd::StatusCode::kPrecondition);
+  CHECK_THAT(s.message(), Contains("gradient of 'x' was zeroed on some ranks after 0"));
+  CHECK(f.fe.agreed.size() == 2);
 }
 
 TEST_CASE("registry: backward_passes_per_step accumulates locally first", "[unit]") {

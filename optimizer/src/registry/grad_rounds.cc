@@ -115,11 +115,32 @@ void GradRegistry::discard(GradEntry& e) {
   e.param->drop_stash();
 }
 
-void GradRegistry::complete(GradEntry& e, bool ok) {
-  auto r = std::move(e.reduction);
-  e.reduction.reset();
-  const Use use = e.drop ? Use::kDrop : e.aside ? Use::kAside : Use::kGrad;
-  fe_.finish(*e.param, *r, e.slot, ok, use);
+void GradRegistry::complete(GradEntry& e, bool ok) { complete_all({&e}, ok); }
+
+void GradRegistry::complete_all(const std::vector<GradEntry*>& es, bool ok) {
+  if (es.empty()) return;
+  const std::shared_ptr<GradReduction> r = es.front()->reduction;  // the same for every one
+  std::vector<GradParam*> params;
+  std::vector<size_t> index;
+  std::vector<Use> uses;
+  params.reserve(es.size());
+  index.reserve(es.size());
+  uses.reserve(es.size());
+  for (GradEntry* e : es) {
+    e->reduction.reset();
+    params.push_back(e->param.get());
+    index.push_back(e->slot);
+    uses.push_back(e->drop ? Use::kDrop : e->aside ? Use::kAside : Use::kGrad);
+  }
+  if (es.size() == 1) {
+    fe_.finish(*params[0], *r, index[0], ok, uses[0]);
+  } else {
+    fe_.finish_all(params, *r, index, ok, uses);
+  }
+  for (size_t i = 0; i < es.size(); ++i) after_finish(*es[i], ok, uses[i]);
+}
+
+void GradRegistry::after_finish(GradEntry& e, bool ok, Use use) {
   e.aside = e.drop = false;
   // Results add up in submission order on every rank, so every rank gets the same bits: one
   // that completes after the .grad reduction (zeros padding a rank with fewer) goes straight
@@ -144,9 +165,11 @@ void GradRegistry::poll(GradEntry& e) {
     complete(e, s.ok());
     return;
   }
+  std::vector<GradEntry*> done;
   for_unit(it->second, [&](const std::shared_ptr<GradEntry>& m) {  // group mates complete too
-    if (m->reduction == r) complete(*m, s.ok());
+    if (m->reduction == r) done.push_back(m.get());
   });
+  complete_all(done, s.ok());
 }
 
 bool GradRegistry::group_ready(const GradEntry::Group& g) const {
@@ -322,25 +345,41 @@ Status GradRegistry::wait_and_finish(Lock& lk, const Waits& waits) {
     if (!status[i].ok() && first_error.ok()) first_error = status[i];
   }
   lk.relock();
-  for (size_t i = 0; i < waits.size(); ++i) {
-    GradEntry& e = *waits[i].first;
-    if (e.reduction != waits[i].second) continue;  // done already
-    complete(e, status[i].ok());
+  // Mates of one reduction are listed one after the other (in_flight()): one complete_all each.
+  std::vector<GradEntry*> batch;
+  for (size_t i = 0; i < waits.size();) {
+    const GradReduction* r = waits[i].second.get();
+    batch.clear();
+    size_t j = i;
+    for (; j < waits.size() && waits[j].second.get() == r; ++j) {
+      GradEntry& e = *waits[j].first;
+      if (e.reduction.get() == r) batch.push_back(&e);  // else done already
+    }
+    complete_all(batch, status[i].ok());
+    i = j;
   }
   return first_error;
 }
 
-Status GradRegistry::agree(const EntryList& entries, std::vector<int64_t>& target,
-                           int64_t& layout) {
-  // [count, fingerprint, planned rounds..., discarded..., layout wanted], then kFlip minus each:
-  // one allreduce (max) gives every rank the maxima and the minima.
-  const size_t n = entries.size();
+Status GradRegistry::agree(const EntryList& entries, const std::vector<size_t>& unit_index,
+                           std::vector<int64_t>& wants, int64_t& layout) {
+  // [count, fingerprint, per unit: most planned rounds..., most dropped..., least dropped...,
+  // layout wanted], then kFlip minus each: one allreduce (max) gives every rank the maxima and
+  // the minima. A bucket of 1,024 entries is 3 values, not 4,096.
+  const size_t n = entries.size(), u = wants.size();
+  std::vector<int64_t> most_dropped(u, 0), least_dropped(u, kFlip);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = unit_index[i];
+    most_dropped[k] = std::max(most_dropped[k], entries[i]->discarded);
+    least_dropped[k] = std::min(least_dropped[k], entries[i]->discarded);
+  }
   std::vector<int64_t> v;
-  v.reserve(4 * (n + 1));
+  v.reserve(2 * (3 * u + 3));
   v.push_back(static_cast<int64_t>(n));
   v.push_back(fingerprint(entries));
-  for (size_t i = 0; i < n; ++i) v.push_back(target[i]);
-  for (const auto& e : entries) v.push_back(e->discarded);
+  v.insert(v.end(), wants.begin(), wants.end());
+  v.insert(v.end(), most_dropped.begin(), most_dropped.end());
+  for (int64_t x : least_dropped) v.push_back(kFlip - x);  // a minimum, as a maximum
   v.push_back(layout);
   const size_t half = v.size();
   for (size_t i = 0; i < half; ++i) v.push_back(kFlip - v[i]);
@@ -357,10 +396,28 @@ Status GradRegistry::agree(const EntryList& entries, std::vector<int64_t>& targe
                     "'); every rank must call step() or synchronize() of the same optimizers, "
                     "holding the same parameters, in the same order");
   }
-  for (size_t i = 0; i < n; ++i) target[i] = m[2 + i];
+  for (size_t k = 0; k < u; ++k) wants[k] = m[2 + k];
   layout = m[half - 1];
+  bool even = true;
+  for (size_t k = 0; k < u && even; ++k) {
+    even = m[2 + u + k] == kFlip - m[2 + 2 * u + k];  // most == least over members and ranks
+  }
+  if (even) return Status();
+  // Some unit's dropped counts differ: which entry's differ across the ranks (members may
+  // differ among themselves without harm). Every rank got the same maxima, so every rank asks.
+  std::vector<int64_t> d;
+  d.reserve(2 * n);
+  for (const auto& e : entries) d.push_back(e->discarded);
+  for (size_t i = 0; i < n; ++i) d.push_back(kFlip - d[i]);
+  Result<std::vector<int64_t>> rd =
+      fe_.agree("grad.agree.dropped." + first.wire, d, first.settings.process_set);
+  if (!rd.ok()) return rd.status();
+  const std::vector<int64_t>& md = rd.value();
+  if (md.size() != d.size()) return internal_error("synchronize(): the dropped counts' exchange "
+                                                   "returned " + std::to_string(md.size()) +
+                                                   " values, not " + std::to_string(d.size()));
   for (size_t i = 0; i < n; ++i) {
-    const int64_t most = m[2 + n + i], least = kFlip - m[half + 2 + n + i];
+    const int64_t most = md[i], least = kFlip - md[n + i];
     if (most == least) continue;
     const GradEntry& e = *entries[i];
     return precondition(
@@ -427,23 +484,21 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
         u.fill = true;
     }
   }
-  std::vector<int64_t> target(entries.size());
+  // 2. The agreement: how many reductions each unit has on the rank that has most (a unit's
+  // members are submitted together). A mismatch of the names fails at once (pairing is
+  // impossible); a mismatch of the reductions dropped is reported once every reduction completed
+  // (nothing is left in flight).
+  std::vector<int64_t> wants(units.size(), 0);
   for (size_t i = 0; i < entries.size(); ++i) {
-    target[i] = entries[i]->rounds + (units[unit_index[i]].fill ? 1 : 0);
+    const size_t k = unit_index[i];
+    wants[k] = std::max(wants[k], entries[i]->rounds + (units[k].fill ? 1 : 0));
   }
-  // 2. The agreement: how many reductions each entry has on the rank that has most.
-  // A mismatch of the names fails at once (pairing is impossible); a mismatch of the
-  // reductions dropped is reported once every reduction completed (nothing is left in flight).
   int64_t layout = wants_layout(owner, entries);
-  Status refused = agree(entries, target, layout);
+  Status refused = agree(entries, unit_index, wants, layout);
   if (!refused.ok() && refused.code() != StatusCode::kPrecondition) return refused;
   // 3. In order, per unit: what this rank has, then zeros up to the target. A name is in flight
   // once: each rank waits for its previous reduction of the unit, which every rank submits in the
   // same order, so nobody waits for a rank that waits.
-  std::vector<int64_t> wants(units.size(), 0);
-  for (size_t i = 0; i < entries.size(); ++i) {
-    wants[unit_index[i]] = std::max(wants[unit_index[i]], target[i]);
-  }
   for (size_t k = 0; k < units.size(); ++k) {
     Unit& u = units[k];
     const int64_t want = wants[k];
@@ -472,11 +527,14 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
   }
   // 4. Everything of `entries` completes; results set aside join .grad.
   Status waited = wait_and_finish(lk, in_flight(entries));
+  std::vector<GradParam*> clean;
+  clean.reserve(entries.size());
   for (const auto& e : entries) {
-    if (e->state == State::kClean) e->param->settle();
+    if (e->state == State::kClean) clean.push_back(e->param.get());
     e->rounds = 0;
     e->discarded = 0;
   }
+  fe_.settle_all(clean);
   if (first.ok()) first = waited;
   if (refused.ok() && first.ok() && layout != 0) {
     // Every rank got the same maximum: all of them build the layout here.

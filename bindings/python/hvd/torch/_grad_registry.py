@@ -354,6 +354,37 @@ def _submit_bucket(slots, name, zeros=False):
                                     postscale_factor=post, process_set=s.process_set)
 
 
+def _finish_all(slots, result, index, ok, uses):
+    """finish() of the members of one reduction. A bucket reduced in place whose buffer nobody
+    wrote to meanwhile already holds the result in its views: a member whose .grad is still its
+    view and has nothing set aside only forgets the flight (no tensor work); the others finish()
+    as alone. Fast members write nothing, so doing them first changes no other's outcome."""
+    bucket = slots[0].inflight
+    rest = range(len(slots))
+    if ok and type(bucket) is _Bucket and bucket.wire is bucket.flat and not any(uses) and \
+            bucket.flat._version == bucket.version:
+        rest, fast = [], 0
+        for i, sl in enumerate(slots):
+            if sl.base is None and sl.wired is sl.view and sl.param.grad is sl.wired and \
+                    sl.inflight is bucket:
+                sl.wired = sl.wire = sl.ctx = sl.taken = sl.inflight = None
+                fast += 1
+            else:
+                rest.append(i)
+        bucket.pending -= fast
+        if not bucket.pending:
+            bucket.wire = None
+    for i in rest:
+        slots[i].finish(result, index[i], ok, uses[i])
+
+
+def _settle_all(slots):
+    """settle() of each slot that has something set aside (one call for all)."""
+    for sl in slots:
+        if sl.base is not None:
+            sl.settle()
+
+
 def bucket_buffer(param):
     """The flat buffer whose view `param`.grad is meant to be, or None (not bucketed)."""
     for key in [k for k, (ref, _) in _slots.items() if ref() is None]:
@@ -396,7 +427,8 @@ def _defer():
     return True
 
 
-_core.registry_set_frontend(_submit, _wait, _defer, _make_bucket, _submit_bucket)
+_core.registry_set_frontend(_submit, _wait, _defer, _make_bucket, _submit_bucket, _finish_all,
+                            _settle_all)
 
 
 def compression_key(compression):

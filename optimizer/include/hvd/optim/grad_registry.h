@@ -193,6 +193,18 @@ class GradFrontend {
   };
   /// The reduction `r` of `p` (member `index` of it) is over. Not `ok`: the stash is dropped.
   virtual void finish(GradParam& p, GradReduction& r, size_t index, bool ok, Use use) = 0;
+  /// finish() of several members of one reduction `r` (params[i] is member index[i], its use
+  /// uses[i]), in this order: one call per reduction, so that a frontend can finish a bucket
+  /// whose result is already in place in its views without a call per member. Default: finish()
+  /// each.
+  virtual void finish_all(const std::vector<GradParam*>& params, GradReduction& r,
+                          const std::vector<size_t>& index, bool ok, const std::vector<Use>& uses) {
+    for (size_t i = 0; i < params.size(); ++i) finish(*params[i], r, index[i], ok, uses[i]);
+  }
+  /// settle() of each of `params` (the end of synchronize()). Default: settle() each.
+  virtual void settle_all(const std::vector<GradParam*>& params) {
+    for (GradParam* p : params) p->settle();
+  }
   /// Element-wise maximum of `values` over the ranks of `process_set` (one allreduce named
   /// `name`); blocks.
   virtual Result<std::vector<int64_t>> agree(const std::string& name,
@@ -352,16 +364,24 @@ class GradRegistry {
   void ensure_end_of_pass();
   void discard(GradEntry& e);
   void complete(GradEntry& e, bool ok);
+  /// complete() of entries sharing one reduction (a bucket or a group), one frontend call.
+  void complete_all(const std::vector<GradEntry*>& es, bool ok);
+  /// complete()'s bookkeeping after the frontend's finish().
+  void after_finish(GradEntry& e, bool ok, GradFrontend::Use use);
   void poll(GradEntry& e);
   Status ready(const std::shared_ptr<GradEntry>& e);
   Status queue(const EntryList& entries, const std::string& group_name);
   Status flush();
   Status submit(const EntryList& entries, const std::string& group_name, bool zeros = false);
   bool group_ready(const GradEntry::Group& g) const;
-  /// Exchanges the planned reduction counts (`target`, replaced by the maxima) and checks
-  /// that every rank dropped as many (the lock stays held: the counts must not move).
-  /// `layout`: what this rank asks (wants_layout()), replaced by the maximum over the ranks.
-  Status agree(const EntryList& entries, std::vector<int64_t>& target, int64_t& layout);
+  /// Exchanges the planned reduction counts per unit (entries[i] is in unit unit_index[i];
+  /// `wants`, one per unit, replaced by the maxima) and checks that every rank dropped as many of
+  /// each entry (the lock stays held: the counts must not move). One allreduce of O(units)
+  /// values; a second one of O(entries) only when some unit's dropped counts differ (between its
+  /// members or ranks). `layout`: what this rank asks (wants_layout()), replaced by the maximum
+  /// over the ranks.
+  Status agree(const EntryList& entries, const std::vector<size_t>& unit_index,
+               std::vector<int64_t>& wants, int64_t& layout);
   Waits in_flight(const EntryList& entries) const;
   /// Bucket views: entry `e` of `owner` may be bucketed now (on this rank).
   bool bucket_eligible(int64_t owner, const GradEntry& e) const;
