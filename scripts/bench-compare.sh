@@ -85,14 +85,17 @@ run_case() {
   if [[ $c == opt:* || $c == optstep:* ]]; then
     local label=${c#*:} kind=${c%%:*}
     if ! ls "$build"/python/hvd/_core*.so >/dev/null 2>&1; then echo "- - - -"; return; fi
-    PYTHONPATH="$build/python" mpirun -np "$NP" --bind-to none --mca mpi_yield_when_idle 1 \
-      -x PYTHONPATH "$PY" bench/python/python_bench.py --only optpath --opt-case "$label" \
-      --iters "$ITERS" --rounds 1 2>/dev/null |
+    # A port of its own for gloo (python_bench's DDP side) each run; stderr kept for a failure.
+    PYTHONPATH="$build/python" MASTER_PORT=$((20000 + RANDOM % 20000)) mpirun -np "$NP" \
+      --bind-to none --mca mpi_yield_when_idle 1 -x PYTHONPATH -x MASTER_PORT "$PY" \
+      bench/python/python_bench.py --only optpath --opt-case "$label" --iters "$ITERS" \
+      --rounds 1 2>"$CACHE/last-opt-stderr.txt" |
       awk -v l="$label" -v k="$kind" '$1 == "optpath" && $2 == l {
         for (i = 3; i < NF; i += 2) v[$i] = $(i + 1)
         if (k == "opt") printf "%s %.2f - -\n", v["sync_on"], v["sync_on"] / v["raw"]
         else printf "%s %.2f - -\n", v["step_on"], (v["step_on"] - v["step_none"]) / v["raw"]
-        exit }'
+        exit }' || { echo "bench-compare: $c failed on $build:" >&2
+        grep -v -i warn "$CACHE/last-opt-stderr.txt" | tail -20 >&2; }
   elif [[ $c == py:* ]]; then
     local label=${c#py:}
     if ! ls "$build"/python/hvd/_core*.so >/dev/null 2>&1; then echo "- - - -"; return; fi

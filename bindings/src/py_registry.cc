@@ -33,7 +33,7 @@ class PyGradParam : public GradParam {
       : slot_(std::move(slot)), nbytes_(nbytes), describe_(std::move(describe)) {}
   ~PyGradParam() override {
     pyb::gil_scoped_acquire gil;
-    slot_ = pyb::object();
+    slot_ = param_ = view_ = pyb::object();
   }
   size_t nbytes() const override { return nbytes_; }
   std::string describe() const override { return describe_; }
@@ -67,14 +67,26 @@ class PyGradParam : public GradParam {
     }
   }
   void reattach() override {
-    if (in_bucket_) call("reattach");  // nothing to do otherwise: no Python call
+    if (!in_bucket_) return;  // nothing to do: no Python call
+    if (grad_is_view()) return;  // already the view (zero_grad() without set_to_none): no call
+    call("reattach");
   }
   void leave_bucket() override {
     in_bucket_ = false;
+    param_ = view_ = pyb::object();
     call("leave_bucket");
   }
   /// make_bucket() gave it a view.
-  void joined_bucket() { in_bucket_ = true; }
+  void joined_bucket() {
+    in_bucket_ = true;
+    try {
+      param_ = slot_.attr("param");
+      view_ = slot_.attr("view");
+    } catch (pyb::error_already_set& e) {
+      param_ = view_ = pyb::object();
+      e.discard_as_unraisable("joined_bucket");
+    }
+  }
   const pyb::object& slot() const { return slot_; }
 
  private:
@@ -87,10 +99,24 @@ class PyGradParam : public GradParam {
       e.discard_as_unraisable(method);
     }
   }
+  /// param.grad is this parameter's view (one attribute read, no Python frame).
+  bool grad_is_view() const {
+    if (!param_ || !view_) return false;
+    static PyObject* const grad = PyUnicode_InternFromString("grad");
+    PyObject* g = PyObject_GetAttr(param_.ptr(), grad);
+    if (g == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    const bool same = g == view_.ptr();
+    Py_DECREF(g);
+    return same;
+  }
   pyb::object slot_;
   size_t nbytes_;
   std::string describe_;
   bool in_bucket_ = false;
+  pyb::object param_, view_;  ///< in a bucket: the parameter and its view (slot.param, .view)
 };
 
 /// A submitted reduction: the Python handle, then its result.
@@ -182,6 +208,26 @@ class PyFrontend : public optim::GradFrontend {
       e.discard_as_unraisable("finish_all");
     }
   }
+  std::vector<bool> untouched_all(const std::vector<GradParam*>& params) override {
+    std::vector<bool> out(params.size(), false);
+    if (params.empty()) return out;
+    try {
+      pyb::list r = py_untouched_all(slots_of(params));
+      for (size_t i = 0; i < out.size() && i < r.size(); ++i) out[i] = r[i].cast<bool>();
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable("untouched_all");  // false: dropped, as if changed
+    } catch (const pyb::cast_error&) {
+    }
+    return out;
+  }
+  void drop_stash_all(const std::vector<GradParam*>& params) override {
+    if (params.empty()) return;
+    try {
+      py_drop_stash_all(slots_of(params));
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable("drop_stash_all");
+    }
+  }
   void settle_all(const std::vector<GradParam*>& params) override {
     if (params.empty()) return;
     try {
@@ -213,7 +259,7 @@ class PyFrontend : public optim::GradFrontend {
   }
   /// Set once by hvd.torch._grad_registry.
   pyb::object py_submit, py_wait, py_defer, py_make_bucket, py_submit_bucket, py_finish_all,
-      py_settle_all;
+      py_settle_all, py_drop_stash_all, py_untouched_all;
 
  private:
   static pyb::list slots_of(const std::vector<GradParam*>& params) {
@@ -275,6 +321,16 @@ void bind_registry(pybind11::module_& m) {
   pyb::class_<EntryRef>(m, "_GradEntryRef")
       .def("before_pass", [](const EntryRef& r) { throw_status(registry().before_pass(r.get())); })
       .def("after_pass", [](const EntryRef& r) { throw_status(registry().after_pass(r.get())); })
+      // The hooks themselves (whatever torch passes them is ignored; they return None): no
+      // Python frame between autograd and the registry.
+      .def("pre_hook",
+           [](const EntryRef& r, const pyb::args&) {
+             throw_status(registry().before_pass(r.get()));
+           })
+      .def("post_hook",
+           [](const EntryRef& r, const pyb::args&) {
+             throw_status(registry().after_pass(r.get()));
+           })
       .def_property_readonly("name", [](const EntryRef& r) { return r.get()->name; })
       .def_property_readonly("wire", [](const EntryRef& r) { return r.get()->wire; });
   pyb::class_<Entries>(m, "_GradEntries")
@@ -303,7 +359,10 @@ void bind_registry(pybind11::module_& m) {
 
   m.def("registry_set_frontend", [](pyb::object submit, pyb::object wait, pyb::object defer,
                                     pyb::object make_bucket, pyb::object submit_bucket,
-                                    pyb::object finish_all, pyb::object settle_all) {
+                                    pyb::object finish_all, pyb::object settle_all,
+                                    pyb::object drop_stash_all, pyb::object untouched_all) {
+    frontend().py_untouched_all = std::move(untouched_all);
+    frontend().py_drop_stash_all = std::move(drop_stash_all);
     frontend().py_finish_all = std::move(finish_all);
     frontend().py_settle_all = std::move(settle_all);
     frontend().py_submit = std::move(submit);

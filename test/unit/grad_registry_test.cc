@@ -58,14 +58,22 @@ struct Scalar : GradParam {
 };
 
 struct Done : GradReduction {
+  int* busy_polls = nullptr;  ///< while > 0, done() says "not yet" (and counts down)
   hvd::Status wait() override { return hvd::Status(); }
-  bool done() override { return true; }
+  bool done() override {
+    if (busy_polls && *busy_polls > 0) {
+      --*busy_polls;
+      return false;
+    }
+    return true;
+  }
 };
 
 /// The other ranks contribute `others` (their sum) to every reduction; `size` ranks in all.
 struct Frontend : GradFrontend {
   float others = 0;
   int size = 2;
+  int busy_polls = 0;  ///< the next polls of any reduction answer "not done yet"
   std::vector<std::string> names;
   std::function<void()> on_submit;  ///< runs inside the registry's lock (a GC finalizer, say)
   hvd::Result<std::shared_ptr<GradReduction>> submit(const std::vector<GradParam*>& params,
@@ -79,7 +87,9 @@ struct Frontend : GradFrontend {
       x->wired = s.op == hvd::ReduceOp::kSum ? sum : sum / size;
       x->on_grad = !zeros;
     }
-    return std::shared_ptr<GradReduction>(std::make_shared<Done>());
+    auto r = std::make_shared<Done>();
+    r->busy_polls = &busy_polls;
+    return std::shared_ptr<GradReduction>(r);
   }
   void finish(GradParam& p, GradReduction&, size_t, bool ok, Use use) override {
     auto& x = static_cast<Scalar&>(p);
@@ -317,6 +327,22 @@ TEST_CASE("registry: units dropped evenly here but not on another rank fail", "[
   REQUIRE(s.code() == hvd::StatusCode::kPrecondition);
   CHECK_THAT(s.message(), Contains("gradient of 'x' was zeroed on some ranks after 0"));
   CHECK(f.fe.agreed.size() == 2);
+}
+
+TEST_CASE("registry: a unit completed by a later member's poll is not taken as changed",
+          "[unit]") {
+  // synchronize() polls each member: the first poll finds the group's reduction running, the
+  // second completes it for every mate. The first member is then done, not "changed while in
+  // flight" (which would drop its reduction and submit the group again).
+  Fixture f;
+  auto es = f.add(0, {{"x", 1}, {"y", 2}, {"z", 3}}, {}, {{0, 1, 2}});
+  for (const auto& e : es) f.pass(e, 2);
+  REQUIRE(f.fe.names.size() == 1);
+  f.fe.busy_polls = 1;
+  REQUIRE(f.reg.synchronize(0, es).ok());
+  CHECK(f.fe.names.size() == 1);  // no second submission
+  for (const auto& e : es) CHECK(Fixture::grad(e) == 1.f);  // (2 + 0) / 2, nothing dropped
+  CHECK(f.fe.agreed.size() == 1);
 }
 
 TEST_CASE("registry: backward_passes_per_step accumulates locally first", "[unit]") {

@@ -105,14 +105,14 @@ void GradRegistry::check_abandoned(bool outside_pass) {
   close_open_passes();
 }
 
-void GradRegistry::discard(GradEntry& e) {
+void GradRegistry::discard(GradEntry& e, bool stash) {
   e.discarded = e.rounds;
   if (e.reduction) {
     if (!e.aside) e.param->release();
     e.aside = true;
     e.drop = true;
   }
-  e.param->drop_stash();
+  if (stash) e.param->drop_stash();
 }
 
 void GradRegistry::complete(GradEntry& e, bool ok) { complete_all({&e}, ok); }
@@ -237,8 +237,11 @@ Status GradRegistry::ready(const std::shared_ptr<GradEntry>& e) {
   if (busy) {
     // Its name is still in flight (or, for a group, a mate is not ready): it accumulates on,
     // and is queued when the name frees (end of pass) or submitted by synchronize().
+    // One member stands for its group (end_of_pass() checks the whole group through it).
+    if (e->group && e->group->waiting) return Status();
     if (!e->waiting) waiting_.push_back(e);
     e->waiting = true;
+    if (e->group) e->group->waiting = true;
     return Status();
   }
   return e->group ? queue(e->group->members, e->group->name) : queue({e}, "");
@@ -262,7 +265,10 @@ Status GradRegistry::end_of_pass() {
   Status first;
   auto waiting = std::move(waiting_);
   waiting_.clear();
-  for (const auto& e : waiting) e->waiting = false;
+  for (const auto& e : waiting) {
+    e->waiting = false;
+    if (e->group) e->group->waiting = false;
+  }
   for (const auto& e : waiting) {
     auto it = by_key_.find(e->key);
     if (it == by_key_.end() || it->second != e) continue;  // removed meanwhile
@@ -467,14 +473,27 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
     units.push_back({unit_of(e), e->group ? e->group->name : std::string(), false});
   }
   for (auto& u : units) {
+    std::vector<GradEntry*> busy;
+    std::vector<GradParam*> busy_params;
+    // Poll every member first: a poll completes the mates sharing the reduction too, so a
+    // member found busy before a later member's poll may be done after it.
+    for (const auto& m : u.members) poll(*m);
     for (const auto& m : u.members) {
-      poll(*m);
-      if (m->reduction && !m->aside && !m->param->untouched()) {
-        // Changed while in flight (zeroed, clipped in place): dropped, as zeroed.
-        discard(*m);
-        start_round(*m);
-        m->zeroed = true;
+      if (m->reduction && !m->aside) {
+        busy.push_back(m.get());
+        busy_params.push_back(m->param.get());
       }
+    }
+    const std::vector<bool> kept = busy_params.size() == 1
+                                       ? std::vector<bool>{busy_params[0]->untouched()}
+                                       : fe_.untouched_all(busy_params);  // one call per unit
+    for (size_t i = 0; i < busy.size(); ++i) {
+      if (i < kept.size() && kept[i]) continue;
+      // Changed while in flight (zeroed, clipped in place): dropped, as zeroed.
+      GradEntry& m = *busy[i];
+      discard(m);
+      start_round(m);
+      m.zeroed = true;
     }
     for (const auto& m : u.members) {
       // No (or not enough) gradient this round on this rank: it contributes what accumulated,
@@ -556,14 +575,18 @@ void GradRegistry::quiesce(const EntryList& entries) {
   Lock lk(*this);
   check_abandoned(true);
   (void)flush();
+  std::vector<GradParam*> params;
+  params.reserve(entries.size());
   for (const auto& e : entries) {
     // Never waits: a reduction in flight is dropped when it completes (the next agreement
     // checks that every rank dropped as many).
     poll(*e);
-    discard(*e);
+    discard(*e, false);
+    params.push_back(e->param.get());
     start_round(*e);
     e->zeroed = true;
   }
+  fe_.drop_stash_all(params);  // one frontend call for all
 }
 
 std::shared_ptr<GradEntry> GradRegistry::first_in_flight(const EntryList& entries) {

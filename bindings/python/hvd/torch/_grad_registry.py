@@ -52,13 +52,8 @@ class _Slot:
 
     def attach(self, ref):
         p = self.param
-
-        def before(_grad):
-            ref.before_pass()
-
-        def after(*_):
-            ref.after_pass()
-
+        # The registry's own methods are the hooks (no Python frame of ours per hook).
+        before, after = ref.pre_hook, ref.post_hook
         self.hooks.append(p.register_hook(before))
         if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
             self.hooks.append(p.register_post_accumulate_grad_hook(after))
@@ -336,18 +331,24 @@ def _submit_bucket(slots, name, zeros=False):
         else:
             flight = bucket
             for sl in slots:
-                sl.reattach()
+                if sl.param.grad is not sl.view:
+                    sl.reattach()
                 sl.attached = None
             wire, ctx = s.compression.compress(bucket.flat)
             bucket.wire = wire
-        off = 0
-        for sl in slots:
-            n = sl.param.numel()
-            sl.inflight, sl.ctx = flight, ctx
-            sl.wire = sl.view if wire is bucket.flat and not zeros else \
-                wire[off:off + n].view_as(sl.param)
-            sl.wired = None if zeros else sl.param.grad
-            off += n
+        if wire is bucket.flat and not zeros:
+            # Reduced in place: each member's wire is its view, which is .grad (reattached).
+            for sl in slots:
+                sl.inflight, sl.ctx = flight, ctx
+                sl.wire = sl.wired = sl.view
+        else:
+            off = 0
+            for sl in slots:
+                n = sl.param.numel()
+                sl.inflight, sl.ctx = flight, ctx
+                sl.wire = wire[off:off + n].view_as(sl.param)
+                sl.wired = None if zeros else sl.param.grad
+                off += n
         flight.pending = len(slots)
         flight.version = bucket.flat._version
     return mpi_ops.allreduce_async_(wire, name=name, op=s.op, prescale_factor=pre,
@@ -376,6 +377,31 @@ def _finish_all(slots, result, index, ok, uses):
             bucket.wire = None
     for i in rest:
         slots[i].finish(result, index[i], ok, uses[i])
+
+
+def _untouched_all(slots):
+    """[untouched() of each slot] (members of one reduction in flight). A bucket reduced in
+    place whose buffer nobody wrote to: a member is untouched when .grad is still its view."""
+    bucket = slots[0].inflight
+    if type(bucket) is _Bucket and bucket.wire is bucket.flat and \
+            bucket.flat._version == bucket.version:
+        out = [sl.inflight is bucket and sl.wired is sl.view and sl.param.grad is sl.wired
+                or sl.untouched() for sl in slots]
+    else:
+        out = [sl.untouched() for sl in slots]
+    if not all(out):
+        import sys
+        sl = slots[out.index(False)]
+        print("UNTOUCHED FALSE", type(bucket).__name__, bucket.wire is bucket.flat if type(bucket) is _Bucket else None,
+              getattr(bucket, 'version', None), bucket.flat._version if type(bucket) is _Bucket else None,
+              sl.wired is sl.view, sl.param.grad is sl.wired, sl.param.grad is sl.view, sl.inflight is bucket, file=sys.stderr, flush=True)
+    return out
+
+
+def _drop_stash_all(slots):
+    """drop_stash() of each slot (zero_grad(): one call for all)."""
+    for sl in slots:
+        sl.base = sl.attached = None
 
 
 def _settle_all(slots):
@@ -428,7 +454,7 @@ def _defer():
 
 
 _core.registry_set_frontend(_submit, _wait, _defer, _make_bucket, _submit_bucket, _finish_all,
-                            _settle_all)
+                            _settle_all, _drop_stash_all, _untouched_all)
 
 
 def compression_key(compression):

@@ -201,6 +201,17 @@ class GradFrontend {
                           const std::vector<size_t>& index, bool ok, const std::vector<Use>& uses) {
     for (size_t i = 0; i < params.size(); ++i) finish(*params[i], r, index[i], ok, uses[i]);
   }
+  /// untouched() of each of `params` (members of one unit in flight). Default: each.
+  virtual std::vector<bool> untouched_all(const std::vector<GradParam*>& params) {
+    std::vector<bool> out;
+    out.reserve(params.size());
+    for (GradParam* p : params) out.push_back(p->untouched());
+    return out;
+  }
+  /// drop_stash() of each of `params` (zero_grad()). Default: drop_stash() each.
+  virtual void drop_stash_all(const std::vector<GradParam*>& params) {
+    for (GradParam* p : params) p->drop_stash();
+  }
   /// settle() of each of `params` (the end of synchronize()). Default: settle() each.
   virtual void settle_all(const std::vector<GradParam*>& params) {
     for (GradParam* p : params) p->settle();
@@ -275,6 +286,7 @@ struct GradEntry::Group {
   std::string name;
   std::vector<std::shared_ptr<GradEntry>> members;
   bool bucket = false;  ///< a bucket of views (submit_bucket), else a user group (grouped submit)
+  bool waiting = false;  ///< a member is listed in the registry's waiting_ (one is enough)
 };
 
 using EntryList = std::vector<std::shared_ptr<GradEntry>>;
@@ -362,7 +374,8 @@ class GradRegistry {
   void close_open_passes();
   void check_abandoned(bool outside_pass = false);
   void ensure_end_of_pass();
-  void discard(GradEntry& e);
+  /// Drops e's reductions so far; `stash`: also what stash() set aside (else the caller does).
+  void discard(GradEntry& e, bool stash = true);
   void complete(GradEntry& e, bool ok);
   /// complete() of entries sharing one reduction (a bucket or a group), one frontend call.
   void complete_all(const std::vector<GradEntry*>& es, bool ok);
