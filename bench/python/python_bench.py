@@ -332,8 +332,9 @@ def bench_optpath(iters, rounds, only=None):
     the step's bookkeeping without the update), gradient_as_bucket_view off and on, against
     one raw MPI_Allreduce (mpi4py, in place) of the same bytes; and a whole training step whose
     backward only makes the K gradients (zero_grad(), one cat and dot, backward(), step()),
-    hvd off / on against the plain optimizer (no-comm): hvd's share of a step is
-    step - no-comm, to compare with the raw call. All alternate within each of `rounds` rounds.
+    hvd off / on and DDP (gloo, gradient_as_bucket_view=True) against the plain optimizer
+    (no-comm): a framework's share of a step is step - no-comm, to compare with the raw call.
+    All alternate within each of `rounds` rounds.
     Median of the slowest rank per round; prints each round's ratios and one summary line
     ("optpath LABEL raw R sync_off .. sync_on .. step_none .. step_off .. step_on ..", medians)
     for scripts/bench-compare.sh. `only`: one case label."""
@@ -379,7 +380,23 @@ def bench_optpath(iters, rounds, only=None):
             torch.cat(plain_params).dot(x).backward()
             plain.step()
         fns["step_none"] = step_none
-        order = ["raw", "sync_off", "sync_on", "step_none", "step_off", "step_on"]
+
+        class Grads(nn.Module):  # DDP's side: the same K parameters and backward
+            def __init__(self):
+                super().__init__()
+                self.ps = nn.ParameterList([nn.Parameter(torch.ones(s)) for _ in range(k)])
+
+            def forward(self, inp):
+                return torch.cat(list(self.ps)).dot(inp)
+        ddp = nn.parallel.DistributedDataParallel(Grads(), gradient_as_bucket_view=True)
+        ddp_opt = torch.optim.SGD(ddp.parameters(), lr=0.0)
+
+        def step_ddp():
+            ddp_opt.zero_grad()
+            ddp(x).backward()
+            ddp_opt.step()
+        fns["step_ddp"] = step_ddp
+        order = ["raw", "sync_off", "sync_on", "step_none", "step_off", "step_on", "step_ddp"]
         rows = {n: [] for n in order}
         for _ in range(rounds):
             rows["raw"].append(median_slowest(iters, lambda: comm.Allreduce(MPI.IN_PLACE,
@@ -398,7 +415,8 @@ def bench_optpath(iters, rounds, only=None):
                       f"({rows['sync_on'][r] / raw:.2f}x); step no-comm {none:.3f}  off "
                       f"{rows['step_off'][r]:.3f} ((step - no-comm) / raw "
                       f"{(rows['step_off'][r] - none) / raw:.2f}x)  on {rows['step_on'][r]:.3f} "
-                      f"({(rows['step_on'][r] - none) / raw:.2f}x)")
+                      f"({(rows['step_on'][r] - none) / raw:.2f}x)  DDP (gloo, bucket views) "
+                      f"{rows['step_ddp'][r]:.3f} ({(rows['step_ddp'][r] - none) / raw:.2f}x)")
             med = {n: statistics.median(v) for n, v in rows.items()}
 
             def spread(vals):
@@ -410,10 +428,11 @@ def bench_optpath(iters, rounds, only=None):
                   f"{spread([o / r for o, r in zip(rows['sync_on'], rows['raw'])])}")
             share = {v: [(o - n) / r for o, n, r in
                          zip(rows["step_" + v], rows["step_none"], rows["raw"])]
-                     for v in ("off", "on")}
+                     for v in ("off", "on", "ddp")}
             print(f"  median: step no-comm {med['step_none']:.3f}  off {med['step_off']:.3f}  on "
-                  f"{med['step_on']:.3f}; per-round (step - no-comm) / raw: off "
-                  f"{spread(share['off'])}  on {spread(share['on'])}")
+                  f"{med['step_on']:.3f}  DDP {med['step_ddp']:.3f}; per-round (step - no-comm) / "
+                  f"raw: off {spread(share['off'])}  on {spread(share['on'])}  DDP "
+                  f"{spread(share['ddp'])}")
             print(f"optpath {label} " + " ".join(f"{n} {med[n]:.4f}" for n in order), flush=True)
 
 

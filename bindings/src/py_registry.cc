@@ -67,7 +67,7 @@ class PyGradParam : public GradParam {
     }
   }
   void reattach() override {
-    if (!in_bucket_) return;  // nothing to do: no Python call
+    if (!in_bucket_) return;     // nothing to do: no Python call
     if (grad_is_view()) return;  // already the view (zero_grad() without set_to_none): no call
     call("reattach");
   }
@@ -197,7 +197,8 @@ class PyFrontend : public optim::GradFrontend {
     }
   }
   void finish_all(const std::vector<GradParam*>& params, GradReduction& r,
-                  const std::vector<size_t>& index, bool ok, const std::vector<Use>& uses) override {
+                  const std::vector<size_t>& index, bool ok,
+                  const std::vector<Use>& uses) override {
     try {
       const pyb::object& result = static_cast<PyReduction&>(r).result();
       pyb::list use_list(uses.size());
@@ -323,14 +324,10 @@ void bind_registry(pybind11::module_& m) {
       .def("after_pass", [](const EntryRef& r) { throw_status(registry().after_pass(r.get())); })
       // The hooks themselves (whatever torch passes them is ignored; they return None): no
       // Python frame between autograd and the registry.
-      .def("pre_hook",
-           [](const EntryRef& r, const pyb::args&) {
-             throw_status(registry().before_pass(r.get()));
-           })
-      .def("post_hook",
-           [](const EntryRef& r, const pyb::args&) {
-             throw_status(registry().after_pass(r.get()));
-           })
+      .def("pre_hook", [](const EntryRef& r,
+                          const pyb::args&) { throw_status(registry().before_pass(r.get())); })
+      .def("post_hook", [](const EntryRef& r,
+                           const pyb::args&) { throw_status(registry().after_pass(r.get())); })
       .def_property_readonly("name", [](const EntryRef& r) { return r.get()->name; })
       .def_property_readonly("wire", [](const EntryRef& r) { return r.get()->wire; });
   pyb::class_<Entries>(m, "_GradEntries")
@@ -357,20 +354,20 @@ void bind_registry(pybind11::module_& m) {
         return out;
       });
 
-  m.def("registry_set_frontend", [](pyb::object submit, pyb::object wait, pyb::object defer,
-                                    pyb::object make_bucket, pyb::object submit_bucket,
-                                    pyb::object finish_all, pyb::object settle_all,
-                                    pyb::object drop_stash_all, pyb::object untouched_all) {
-    frontend().py_untouched_all = std::move(untouched_all);
-    frontend().py_drop_stash_all = std::move(drop_stash_all);
-    frontend().py_finish_all = std::move(finish_all);
-    frontend().py_settle_all = std::move(settle_all);
-    frontend().py_submit = std::move(submit);
-    frontend().py_wait = std::move(wait);
-    frontend().py_defer = std::move(defer);
-    frontend().py_make_bucket = std::move(make_bucket);
-    frontend().py_submit_bucket = std::move(submit_bucket);
-  });
+  m.def("registry_set_frontend",
+        [](pyb::object submit, pyb::object wait, pyb::object defer, pyb::object make_bucket,
+           pyb::object submit_bucket, pyb::object finish_all, pyb::object settle_all,
+           pyb::object drop_stash_all, pyb::object untouched_all) {
+          frontend().py_untouched_all = std::move(untouched_all);
+          frontend().py_drop_stash_all = std::move(drop_stash_all);
+          frontend().py_finish_all = std::move(finish_all);
+          frontend().py_settle_all = std::move(settle_all);
+          frontend().py_submit = std::move(submit);
+          frontend().py_wait = std::move(wait);
+          frontend().py_defer = std::move(defer);
+          frontend().py_make_bucket = std::move(make_bucket);
+          frontend().py_submit_bucket = std::move(submit_bucket);
+        });
   // specs: [(name or None, key, slot, nbytes, description, remembered wire name or None)];
   // settings: (op, compression name, backward_passes_per_step, predivide, process set id,
   // sparse_as_dense, gradient_as_bucket_view, bucket bytes or None for the registry's default).

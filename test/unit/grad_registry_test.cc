@@ -329,8 +329,7 @@ TEST_CASE("registry: units dropped evenly here but not on another rank fail", "[
   CHECK(f.fe.agreed.size() == 2);
 }
 
-TEST_CASE("registry: a unit completed by a later member's poll is not taken as changed",
-          "[unit]") {
+TEST_CASE("registry: a unit completed by a later member's poll is not taken as changed", "[unit]") {
   // synchronize() polls each member: the first poll finds the group's reduction running, the
   // second completes it for every mate. The first member is then done, not "changed while in
   // flight" (which would drop its reduction and submit the group again).
@@ -340,7 +339,7 @@ TEST_CASE("registry: a unit completed by a later member's poll is not taken as c
   REQUIRE(f.fe.names.size() == 1);
   f.fe.busy_polls = 1;
   REQUIRE(f.reg.synchronize(0, es).ok());
-  CHECK(f.fe.names.size() == 1);  // no second submission
+  CHECK(f.fe.names.size() == 1);                            // no second submission
   for (const auto& e : es) CHECK(Fixture::grad(e) == 1.f);  // (2 + 0) / 2, nothing dropped
   CHECK(f.fe.agreed.size() == 1);
 }

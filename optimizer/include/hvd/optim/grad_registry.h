@@ -32,7 +32,8 @@
 // entry since the last agreement meets every other rank's k-th. synchronize() is the agreement:
 // it submits what has not been (the ranks where a parameter got no gradient contribute zeros,
 // under the same name), exchanges with one small allreduce (max) how many reductions each
-// entry has had on each rank, and every rank with fewer submits zeros until all have as many.
+// unit (a bucket, a group, or an entry alone) has had on each rank, and every rank with fewer
+// submits zeros until all have as many. The exchange holds a few values per unit, not per entry.
 // Reductions are sums, so the total is one process's gradient whatever the pairing: every rank
 // ends with the same bits. Zeroing a gradient (zero_grad(), or module.zero_grad() seen at the
 // next pass) drops the reductions started before it; the agreement checks that every rank
@@ -285,7 +286,7 @@ struct GradEntry {
 struct GradEntry::Group {
   std::string name;
   std::vector<std::shared_ptr<GradEntry>> members;
-  bool bucket = false;  ///< a bucket of views (submit_bucket), else a user group (grouped submit)
+  bool bucket = false;   ///< a bucket of views (submit_bucket), else a user group (grouped submit)
   bool waiting = false;  ///< a member is listed in the registry's waiting_ (one is enough)
 };
 
