@@ -222,20 +222,10 @@ class PyFrontend : public optim::GradFrontend {
     return out;
   }
   void drop_stash_all(const std::vector<GradParam*>& params) override {
-    if (params.empty()) return;
-    try {
-      py_drop_stash_all(slots_of(params));
-    } catch (pyb::error_already_set& e) {
-      e.discard_as_unraisable("drop_stash_all");
-    }
+    call_all(py_drop_stash_all, params, "drop_stash_all");
   }
   void settle_all(const std::vector<GradParam*>& params) override {
-    if (params.empty()) return;
-    try {
-      py_settle_all(slots_of(params));
-    } catch (pyb::error_already_set& e) {
-      e.discard_as_unraisable("settle_all");
-    }
+    call_all(py_settle_all, params, "settle_all");
   }
   Result<std::vector<int64_t>> agree(const std::string& name, const std::vector<int64_t>& values,
                                      int32_t process_set) override {
@@ -263,6 +253,16 @@ class PyFrontend : public optim::GradFrontend {
       py_settle_all, py_drop_stash_all, py_untouched_all;
 
  private:
+  /// fn(slots of `params`), unless there are none; a Python error is reported, not raised.
+  static void call_all(const pyb::object& fn, const std::vector<GradParam*>& params,
+                       const char* what) {
+    if (params.empty()) return;
+    try {
+      fn(slots_of(params));
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable(what);
+    }
+  }
   static pyb::list slots_of(const std::vector<GradParam*>& params) {
     pyb::list slots(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
