@@ -28,6 +28,9 @@ parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--fp16-allreduce", action="store_true", default=False)
 parser.add_argument("--samples", type=int, default=2048)
 parser.add_argument("--check", action="store_true", default=False)
+parser.add_argument("--no-onednn", action="store_true",
+                    help="torch's own CPU convolutions instead of oneDNN's (Debian 13's torch 2.6 "
+                         "can return NaN from oneDNN's)")
 
 
 class Net(nn.Module):
@@ -62,6 +65,8 @@ def metric_average(val, name):
 
 def main():
     args = parser.parse_args()
+    if args.no_onednn:
+        torch.backends.mkldnn.enabled = False
     hvd.init()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
