@@ -355,6 +355,18 @@ def _submit_bucket(slots, name, zeros=False):
                                     postscale_factor=post, process_set=s.process_set)
 
 
+def _intact(bucket):
+    """`bucket` (a slot's flight) is a bucket reduced in place whose buffer nobody wrote to since
+    the submission: its views hold the reduction's result (or will)."""
+    return type(bucket) is _Bucket and bucket.wire is bucket.flat and \
+        bucket.flat._version == bucket.version
+
+
+def _on_view(sl, bucket):
+    """sl's .grad is still the view `bucket`'s flight reduces."""
+    return sl.inflight is bucket and sl.wired is sl.view and sl.param.grad is sl.wired
+
+
 def _finish_all(slots, result, index, ok, uses):
     """finish() of the members of one reduction. A bucket reduced in place whose buffer nobody
     wrote to meanwhile already holds the result in its views: a member whose .grad is still its
@@ -362,12 +374,10 @@ def _finish_all(slots, result, index, ok, uses):
     as alone. Fast members write nothing, so doing them first changes no other's outcome."""
     bucket = slots[0].inflight
     rest = range(len(slots))
-    if ok and type(bucket) is _Bucket and bucket.wire is bucket.flat and not any(uses) and \
-            bucket.flat._version == bucket.version:
+    if ok and not any(uses) and _intact(bucket):
         rest, fast = [], 0
         for i, sl in enumerate(slots):
-            if sl.base is None and sl.wired is sl.view and sl.param.grad is sl.wired and \
-                    sl.inflight is bucket:
+            if sl.base is None and _on_view(sl, bucket):
                 sl.wired = sl.wire = sl.ctx = sl.taken = sl.inflight = None
                 fast += 1
             else:
@@ -383,19 +393,9 @@ def _untouched_all(slots):
     """[untouched() of each slot] (members of one reduction in flight). A bucket reduced in
     place whose buffer nobody wrote to: a member is untouched when .grad is still its view."""
     bucket = slots[0].inflight
-    if type(bucket) is _Bucket and bucket.wire is bucket.flat and \
-            bucket.flat._version == bucket.version:
-        out = [sl.inflight is bucket and sl.wired is sl.view and sl.param.grad is sl.wired
-                or sl.untouched() for sl in slots]
-    else:
-        out = [sl.untouched() for sl in slots]
-    if not all(out):
-        import sys
-        sl = slots[out.index(False)]
-        print("UNTOUCHED FALSE", type(bucket).__name__, bucket.wire is bucket.flat if type(bucket) is _Bucket else None,
-              getattr(bucket, 'version', None), bucket.flat._version if type(bucket) is _Bucket else None,
-              sl.wired is sl.view, sl.param.grad is sl.wired, sl.param.grad is sl.view, sl.inflight is bucket, file=sys.stderr, flush=True)
-    return out
+    if _intact(bucket):
+        return [_on_view(sl, bucket) or sl.untouched() for sl in slots]
+    return [sl.untouched() for sl in slots]
 
 
 def _drop_stash_all(slots):
