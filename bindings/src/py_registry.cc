@@ -320,8 +320,6 @@ optim::ReduceSettings settings_from(const pyb::tuple& t) {
 
 void bind_registry(pybind11::module_& m) {
   pyb::class_<EntryRef>(m, "_GradEntryRef")
-      .def("before_pass", [](const EntryRef& r) { throw_status(registry().before_pass(r.get())); })
-      .def("after_pass", [](const EntryRef& r) { throw_status(registry().after_pass(r.get())); })
       // The hooks themselves (whatever torch passes them is ignored; they return None): no
       // Python frame between autograd and the registry.
       .def("pre_hook", [](const EntryRef& r,

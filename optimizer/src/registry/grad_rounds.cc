@@ -419,11 +419,10 @@ Status GradRegistry::agree(const EntryList& entries, const std::vector<size_t>& 
       fe_.agree("grad.agree.dropped." + first.wire, d, first.settings.process_set);
   if (!rd.ok()) return rd.status();
   const std::vector<int64_t>& md = rd.value();
-  if (md.size() != d.size())
-    return internal_error(
-        "synchronize(): the dropped counts' exchange "
-        "returned " +
-        std::to_string(md.size()) + " values, not " + std::to_string(d.size()));
+  if (md.size() != d.size()) {
+    return internal_error("synchronize(): the dropped counts' exchange returned " +
+                          std::to_string(md.size()) + " values, not " + std::to_string(d.size()));
+  }
   for (size_t i = 0; i < n; ++i) {
     const int64_t most = md[i], least = kFlip - md[n + i];
     if (most == least) continue;
