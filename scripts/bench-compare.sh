@@ -79,6 +79,11 @@ if [[ ${NO_BUILD:-0} != 1 ]]; then
   if [[ $want_py == 1 ]]; then cmake --build "$BUILD" --target hvd_python_core -j2 >/dev/null; fi
 fi
 
+# A Python case's stderr, shown when it fails: a file of our own (mktemp), not a fixed name in
+# the shared cache directory.
+errlog=$(mktemp)
+trap 'rm -f "$errlog"' EXIT
+
 # One run of CASE on build directory $1: "ms ratio loop_us caller_us" (ratio, CPU: - if absent).
 run_case() {
   local build=$1 c=$2
@@ -89,13 +94,13 @@ run_case() {
     PYTHONPATH="$build/python" MASTER_PORT=$((20000 + RANDOM % 20000)) mpirun -np "$NP" \
       --bind-to none --mca mpi_yield_when_idle 1 -x PYTHONPATH -x MASTER_PORT "$PY" \
       bench/python/python_bench.py --only optpath --opt-case "$label" --iters "$ITERS" \
-      --rounds 1 2>"$CACHE/last-opt-stderr.txt" |
+      --rounds 1 2>"$errlog" |
       awk -v l="$label" -v k="$kind" '$1 == "optpath" && $2 == l {
         for (i = 3; i < NF; i += 2) v[$i] = $(i + 1)
         if (k == "opt") printf "%s %.2f - -\n", v["sync_on"], v["sync_on"] / v["raw"]
         else printf "%s %.2f - -\n", v["step_on"], (v["step_on"] - v["step_none"]) / v["raw"]
         exit }' || { echo "bench-compare: $c failed on $build:" >&2
-        grep -v -i warn "$CACHE/last-opt-stderr.txt" | tail -20 >&2; }
+        grep -v -i warn "$errlog" | tail -20 >&2; }
   elif [[ $c == py:* ]]; then
     local label=${c#py:}
     if ! ls "$build"/python/hvd/_core*.so >/dev/null 2>&1; then echo "- - - -"; return; fi
