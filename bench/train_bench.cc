@@ -4,7 +4,10 @@
 // 1x28x28 inputs: the mnist_mlp-sized MLP, a small CNN (~0.62M parameters) and a ~10M-parameter
 // MLP. Per-rank batch is fixed (weak scaling); every rank reuses one synthetic batch, so data
 // loading is not measured. Windows of hvd and no-comm steps alternate (so load changes hit both
-// alike); each rank takes the median of its windows and the table sums the ranks.
+// alike); each rank takes the median of its windows and the table sums the ranks. A fourth
+// model, resnet18 (torchvision's ResNet-18, 3x64x64 inputs, batch 16, as python_bench's), runs
+// only when named (--model resnet18). Also printed: the CPU time per step of a rank's process
+// (every thread), the slowest rank's, and no-comm's / hvd's: what communicating costs the cores.
 //
 //   mpirun -np 1 build/bench/hvd_train_bench --baseline-file /tmp/b.txt --write-baseline
 //   mpirun -np 2 --bind-to none build/bench/hvd_train_bench --baseline-file /tmp/b.txt
@@ -20,7 +23,9 @@
 // --reduction K S (no models): K float32 parameters of S bytes, each step a backward whose only
 // work is their K gradients, then step(); windows alternate the optimizer without and with
 // gradient_as_bucket_view, the same steps without communication, and one raw in-place
-// MPI_Allreduce (Sum) of the K x S bytes. "Reduction" = hvd's step time minus the no-comm one.
+// MPI_Allreduce (Sum) of the K x S bytes. "Reduction" = hvd's step time minus the no-comm one;
+// also printed: step() alone after its backward, minus no-comm's step() (what of the reduction
+// the backward did not hide: with bucket views the bucket submitted by the last gradient's hook).
 //
 //   mpirun -np 2 --bind-to none build/bench/hvd_train_bench --reduction 1024 1024
 #include <mpi.h>
@@ -31,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -48,7 +54,54 @@ namespace nn = torch::nn;
 struct Spec {
   std::string name;
   std::function<nn::Sequential()> make;
+  std::vector<int64_t> input = {1, 28, 28};  // one sample's shape
+  int64_t batch = 0;                         // 0: --batch
+  bool opt_in = false;                       // runs only when named by --model
 };
+
+/// ResNet's basic block (two 3x3 convolutions with batch norm, the input added back through a
+/// 1x1 projection where the shape changes), for the ResNet-18 below.
+struct BasicBlockImpl : nn::Module {
+  nn::Conv2d c1{nullptr}, c2{nullptr}, proj{nullptr};
+  nn::BatchNorm2d b1{nullptr}, b2{nullptr}, bp{nullptr};
+  BasicBlockImpl(int64_t in, int64_t out, int64_t stride) {
+    c1 = register_module("c1", nn::Conv2d(nn::Conv2dOptions(in, out, 3)
+                                              .stride(stride)
+                                              .padding(1)
+                                              .bias(false)));
+    b1 = register_module("b1", nn::BatchNorm2d(out));
+    c2 = register_module("c2", nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1).bias(false)));
+    b2 = register_module("b2", nn::BatchNorm2d(out));
+    if (stride != 1 || in != out) {
+      proj = register_module(
+          "proj", nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+      bp = register_module("bp", nn::BatchNorm2d(out));
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor y = b2(c2(torch::relu(b1(c1(x)))));
+    return torch::relu(y + (proj ? bp(proj(x)) : x));
+  }
+};
+TORCH_MODULE(BasicBlock);
+
+/// ResNet-18 as torchvision builds it (11.2M parameters with 10 classes), as python_bench's
+/// resnet18 model: 3x64x64 inputs, batch 16.
+nn::Sequential resnet18() {
+  nn::Sequential m(
+      nn::Conv2d(nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)),
+      nn::BatchNorm2d(64), nn::ReLU(), nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
+  int64_t in = 64;
+  for (int64_t out : {64, 128, 256, 512}) {
+    m->push_back(BasicBlock(in, out, out == 64 ? 1 : 2));
+    m->push_back(BasicBlock(out, out, 1));
+    in = out;
+  }
+  m->push_back(nn::AdaptiveAvgPool2d(1));
+  m->push_back(nn::Flatten());
+  m->push_back(nn::Linear(512, 10));
+  return m;
+}
 
 std::vector<Spec> specs() {
   return {
@@ -72,6 +125,7 @@ std::vector<Spec> specs() {
                                nn::Linear(2048, 2048), nn::ReLU(), nn::Linear(2048, 2048),
                                nn::ReLU(), nn::Linear(2048, 10));
        }},
+      {"resnet18", resnet18, {3, 64, 64}, 16, true},
   };
 }
 
@@ -88,17 +142,23 @@ double sum_over_ranks(double v, const std::string& name) {
   return hvd::allreduce(torch::tensor(v, torch::kDouble), name, hvd::ReduceOp::kSum).item<double>();
 }
 
+double cpu_s() {  // the process's CPU time, every thread (hvd's background thread, MPI's)
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 /// Per-step times of one window: forward+backward, and step (for hvd: the wait for the
-/// allreduces still in flight after backward, then the SGD update).
+/// allreduces still in flight after backward, then the SGD update); the process's CPU per step.
 struct Window {
-  double total = 0, compute = 0, step = 0;
+  double total = 0, compute = 0, step = 0, cpu = 0;
 };
 
 Window run_steps(nn::Sequential& model, const std::function<void()>& zero_grad,
                  const std::function<void()>& step, const torch::Tensor& x, const torch::Tensor& y,
                  int64_t steps) {
   Window w;
-  const double t0 = now_s();
+  const double t0 = now_s(), c0 = cpu_s();
   for (int64_t i = 0; i < steps; ++i) {
     const double a = now_s();
     zero_grad();
@@ -109,6 +169,7 @@ Window run_steps(nn::Sequential& model, const std::function<void()>& zero_grad,
     w.step += now_s() - b;
   }
   w.total = now_s() - t0;
+  w.cpu = (cpu_s() - c0) / static_cast<double>(steps);
   w.compute /= static_cast<double>(steps);
   w.step /= static_cast<double>(steps);
   return w;
@@ -123,6 +184,8 @@ struct Result {
   double solo = 0;                            // np > 1: rank 0 alone (no comm), samples/s
   double compute_hvd = 0, compute_plain = 0;  // ms per step (median, rank 0)
   double step_hvd = 0, step_plain = 0;
+  double cpu_hvd = 0, cpu_plain = 0, cpu_view = 0;  // CPU ms per step, slowest rank's median
+  int64_t batch = 0;
 };
 
 struct Args {
@@ -166,8 +229,11 @@ Result bench_model(const Spec& spec, const Args& a) {
   }
 
   torch::manual_seed(100 + hvd::rank());
-  torch::Tensor x = torch::randn({a.batch, 1, 28, 28});
-  torch::Tensor y = torch::randint(0, 10, {a.batch}, torch::kLong);
+  const int64_t batch = spec.batch > 0 ? spec.batch : a.batch;
+  std::vector<int64_t> shape{batch};
+  shape.insert(shape.end(), spec.input.begin(), spec.input.end());
+  torch::Tensor x = torch::randn(shape);
+  torch::Tensor y = torch::randint(0, 10, {batch}, torch::kLong);
   auto hvd_zero = [&] { opt.zero_grad(); };
   auto hvd_step = [&] { opt.step(); };
   auto plain_zero = [&] { sgd_plain.zero_grad(); };
@@ -184,25 +250,42 @@ Result bench_model(const Spec& spec, const Args& a) {
   steps = hvd::broadcast_object<int64_t>(steps, 0, spec.name + ".steps");
 
   std::vector<double> r_hvd, r_plain, r_solo, c_hvd, c_plain, s_hvd, s_plain, r_view, c_view,
-      s_view;
+      s_view, u_hvd, u_plain, u_view;
+  // CPU per step of the slowest rank (a sum over ranks' max: one allreduce of three values).
+  auto slowest = [&spec](double h, double p, double v) {
+    torch::Tensor t = hvd::allreduce(torch::tensor({h, p, v}, torch::kDouble),
+                                     spec.name + ".cpu.max", hvd::ReduceOp::kMax);
+    return std::vector<double>{t[0].item<double>(), t[1].item<double>(), t[2].item<double>()};
+  };
   for (int w = 0; w < a.windows; ++w) {
-    hvd::barrier();
-    Window h = run_steps(m_hvd, hvd_zero, hvd_step, x, y, steps);
-    hvd::barrier();  // ranks run the no-comm window concurrently too, as in real training
-    Window p = run_steps(m_plain, plain_zero, plain_step, x, y, steps);
-    const double samples = static_cast<double>(a.batch * steps);
+    // The three alternate, in reverse order every other window (none always first).
+    Window h, p, v;
+    auto run_hvd = [&] { h = run_steps(m_hvd, hvd_zero, hvd_step, x, y, steps); };
+    auto run_plain = [&] { p = run_steps(m_plain, plain_zero, plain_step, x, y, steps); };
+    auto run_view = [&] {
+      if (view) v = run_steps(m_view, view_zero, view_step, x, y, steps);
+    };
+    std::vector<std::function<void()>> order{run_hvd, run_plain, run_view};
+    if (w % 2) std::reverse(order.begin(), order.end());
+    for (auto& run : order) {
+      hvd::barrier();  // ranks run the no-comm window concurrently too, as in real training
+      run();
+    }
+    const double samples = static_cast<double>(batch * steps);
     r_hvd.push_back(samples / h.total);
     r_plain.push_back(samples / p.total);
     c_hvd.push_back(h.compute * 1e3);
     c_plain.push_back(p.compute * 1e3);
     s_hvd.push_back(h.step * 1e3);
     s_plain.push_back(p.step * 1e3);
+    std::vector<double> cpu = slowest(h.cpu * 1e3, p.cpu * 1e3, v.cpu * 1e3);
+    u_hvd.push_back(cpu[0]);
+    u_plain.push_back(cpu[1]);
     if (view) {
-      hvd::barrier();
-      Window v = run_steps(m_view, view_zero, view_step, x, y, steps);
       r_view.push_back(samples / v.total);
       c_view.push_back(v.compute * 1e3);
       s_view.push_back(v.step * 1e3);
+      u_view.push_back(cpu[2]);
     }
     if (hvd::size() > 1) {
       // In-run np=1 figure: rank 0 trains alone while the others wait in hvd::barrier(), whose
@@ -224,10 +307,14 @@ Result bench_model(const Spec& spec, const Args& a) {
   r.compute_plain = median(c_plain);
   r.step_hvd = median(s_hvd);
   r.step_plain = median(s_plain);
+  r.cpu_hvd = median(u_hvd);
+  r.cpu_plain = median(u_plain);
+  r.batch = batch;
   if (view) {
     r.view = sum_over_ranks(median(r_view), spec.name + ".sum.view");
     r.compute_view = median(c_view);
     r.step_view = median(s_view);
+    r.cpu_view = median(u_view);
   }
   return r;
 }
@@ -270,57 +357,71 @@ void bench_reduction(const Args& a) {
   auto pass = [&c](std::vector<torch::Tensor>& ps) { torch::cat(ps).dot(c).backward(); };
   std::vector<float> flat(static_cast<size_t>(k * n), 1.0f);
   using Fn = std::function<void()>;
-  const Fn steps[4] = {
+  // Each mode: its backward (zero_grad and the pass) and its step(); the raw call has no step.
+  const Fn backwards[4] = {
       [&] {
         off.zero_grad();
         pass(p_off);
-        off.step();
       },
       [&] {
         on.zero_grad();
         pass(p_on);
-        on.step();
       },
       [&] {
         s_plain.zero_grad();
         pass(p_plain);
-        s_plain.step();
       },
       [&] {
         MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_FLOAT, MPI_SUM,
                       MPI_COMM_WORLD);
       },
   };
+  const Fn steps[4] = {[&] { off.step(); }, [&] { on.step(); }, [&] { s_plain.step(); }, [] {}};
   const int64_t iters = std::max<int64_t>(20, static_cast<int64_t>(a.window_s * 200));
-  std::vector<double> t[4];
+  // t: whole steps; r: step() alone, after its backward (what of the reduction backward did not
+  // hide: the bucket or the last tensors still in flight, their completion, the update).
+  std::vector<double> t[4], r[3];
   for (int w = 0; w < a.warmup + a.windows; ++w) {
     for (int m = 0; m < 4; ++m) {
       hvd::barrier();
+      double in_step = 0;
       const double t0 = now_s();
-      for (int64_t i = 0; i < iters; ++i) steps[m]();
-      double dt = (now_s() - t0) / static_cast<double>(iters) * 1e3;
-      MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      if (w >= a.warmup) t[m].push_back(dt);
+      for (int64_t i = 0; i < iters; ++i) {
+        backwards[m]();
+        const double s0 = now_s();
+        steps[m]();
+        in_step += now_s() - s0;
+      }
+      double dt[2] = {(now_s() - t0) / static_cast<double>(iters) * 1e3,
+                      in_step / static_cast<double>(iters) * 1e3};
+      MPI_Allreduce(MPI_IN_PLACE, dt, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      if (w < a.warmup) continue;
+      t[m].push_back(dt[0]);
+      if (m < 3) r[m].push_back(dt[1]);
     }
   }
   if (hvd::rank() != 0) return;
   const double off_ms = median(t[0]), on_ms = median(t[1]), plain_ms = median(t[2]),
                raw_ms = median(t[3]);
+  const double r_off = median(r[0]), r_on = median(r[1]), r_plain = median(r[2]);
   std::printf(
       "\n%lld x %lld B, np %d, %d windows x %lld steps (ms per step, slowest rank, medians)\n"
       "| hvd | hvd bucket views | no-comm | raw MPI_Allreduce | reduction / raw | "
       "reduction with views / raw |\n|---:|---:|---:|---:|---:|---:|\n"
-      "| %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx |\n",
+      "| %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx |\n"
+      "step() after backward, ms (what backward did not hide): hvd %.3f, bucket views %.3f, "
+      "no-comm %.3f; (step() - no-comm's) / raw: hvd %.2fx, bucket views %.2fx\n",
       static_cast<long long>(k), static_cast<long long>(a.reduction_bytes), hvd::size(), a.windows,
       static_cast<long long>(iters), off_ms, on_ms, plain_ms, raw_ms, (off_ms - plain_ms) / raw_ms,
-      (on_ms - plain_ms) / raw_ms);
+      (on_ms - plain_ms) / raw_ms, r_off, r_on, r_plain, (r_off - r_plain) / raw_ms,
+      (r_on - r_plain) / raw_ms);
   std::fflush(stdout);
 }
 
 int usage() {
   std::fprintf(stderr,
                "usage: hvd_train_bench [--threads N] [--batch B] [--windows W] [--window-s S]\n"
-               "         [--warmup K] [--model mnist_mlp|cnn|mlp_10m] [--baseline-file F]\n"
+               "         [--warmup K] [--model mnist_mlp|cnn|mlp_10m|resnet18] [--baseline-file F]\n"
                "         [--write-baseline] [--bucket-view] [--reduction K S]\n");
   return 2;
 }
@@ -373,7 +474,7 @@ int main(int argc, char** argv) {
 
   std::vector<Result> results;
   for (const Spec& spec : specs()) {
-    if (!a.only.empty() && spec.name != a.only) continue;
+    if (a.only.empty() ? spec.opt_in : spec.name != a.only) continue;
     results.push_back(bench_model(spec, a));
   }
 
@@ -403,7 +504,7 @@ int main(int argc, char** argv) {
       }
       std::printf("| %s | %.2fM | %d | %d | %lld | %.0f | %.0f | %.2f | %s | %s | %s |\n",
                   r.model.c_str(), static_cast<double>(r.params) / 1e6, np, a.threads,
-                  static_cast<long long>(a.batch), r.hvd, r.plain, r.hvd / r.plain, eff.c_str(),
+                  static_cast<long long>(r.batch), r.hvd, r.plain, r.hvd / r.plain, eff.c_str(),
                   solo.c_str(), eff_solo.c_str());
     }
     std::printf(
@@ -414,6 +515,22 @@ int main(int argc, char** argv) {
     for (const Result& r : results) {
       std::printf("| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", r.model.c_str(), np, r.compute_hvd,
                   r.compute_plain, r.step_hvd, r.step_plain);
+    }
+    std::printf(
+        "\nCPU ms per step of a rank's process, every thread (slowest rank, median of the "
+        "windows)\n| model | np | hvd | hvd bucket views | no-comm | no-comm / hvd | "
+        "no-comm / bucket views |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    for (const Result& r : results) {
+      std::string v = "-", rv = "-";
+      if (a.bucket_view) {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.2f", r.cpu_view);
+        v = buf;
+        std::snprintf(buf, sizeof(buf), "%.3f", r.cpu_plain / r.cpu_view);
+        rv = buf;
+      }
+      std::printf("| %s | %d | %.2f | %s | %.2f | %.3f | %s |\n", r.model.c_str(), np, r.cpu_hvd,
+                  v.c_str(), r.cpu_plain, r.cpu_plain / r.cpu_hvd, rv.c_str());
     }
     if (a.bucket_view) {
       std::printf(

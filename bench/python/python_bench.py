@@ -214,15 +214,18 @@ def bench_train(steps, models, rounds, compression="none", bucket_view=False):
         print()
 
 
-def median_slowest(iters, fn):
+def median_slowest(iters, fn, prep=None):
     """As hvd_bench's median_ms: MPI_Barrier, time fn, MPI_Allreduce(MAX) of the time, all
     outside hvd (mpi4py on the MPI hvd initialised), so hvd's own threads start each iteration
-    idle, as in the C++ figures."""
+    idle, as in the C++ figures. `prep`: run after the barrier, untimed, right before fn (what
+    it starts in the background keeps running into fn's time)."""
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     xs = []
     for i in range(iters + 3):
         comm.Barrier()
+        if prep is not None:
+            prep()
         t0 = time.perf_counter()
         fn()
         dt = comm.allreduce((time.perf_counter() - t0) * 1e3, op=MPI.MAX)
@@ -364,22 +367,36 @@ def bench_optpath(iters, rounds, only=None):
                 opt.synchronize()
                 _core.registry_consume(opt._hvd_owner, opt._hvd_entries)
 
-            def step(opt=opt, params=params):
+            def backward(opt=opt, params=params):
                 opt.zero_grad()
                 torch.cat(params).dot(x).backward()
+
+            def step(opt=opt, backward=backward):
+                backward()
                 opt.step()
-            fns["sync_" + ("on" if bv else "off")] = sync
-            fns["step_" + ("on" if bv else "off")] = step
+            v = "on" if bv else "off"
+            fns["sync_" + v] = sync
+            fns["step_" + v] = step
+            fns["red_" + v] = (opt.step, backward)
             if bv:
                 views = sum(1 for p in params if p.grad is not None and p.grad._base is not None)
         plain_params = [nn.Parameter(torch.ones(s)) for _ in range(k)]
         plain = torch.optim.SGD(plain_params, lr=0.0)
 
-        def step_none():
+        def backward_none():
             plain.zero_grad()
             torch.cat(plain_params).dot(x).backward()
+
+        def step_none():
+            backward_none()
             plain.step()
         fns["step_none"] = step_none
+        fns["red_none"] = (plain.step, backward_none)
+
+        def raw_then_step():  # the ideal reduction after the same backward: one raw call
+            comm.Allreduce(MPI.IN_PLACE, raw_buf)
+            plain.step()
+        fns["red_raw"] = (raw_then_step, backward_none)
 
         class Grads(nn.Module):  # DDP's side: the same K parameters and backward
             def __init__(self):
@@ -396,13 +413,16 @@ def bench_optpath(iters, rounds, only=None):
             ddp(x).backward()
             ddp_opt.step()
         fns["step_ddp"] = step_ddp
-        order = ["raw", "sync_off", "sync_on", "step_none", "step_off", "step_on", "step_ddp"]
+        order = ["raw", "sync_off", "sync_on", "step_none", "step_off", "step_on", "step_ddp",
+                 "red_none", "red_raw", "red_off", "red_on"]
         rows = {n: [] for n in order}
         for _ in range(rounds):
             rows["raw"].append(median_slowest(iters, lambda: comm.Allreduce(MPI.IN_PLACE,
                                                                             raw_buf)))
             for n in order[1:]:
-                rows[n].append(median_slowest(iters, fns[n]))
+                f = fns[n]
+                rows[n].append(median_slowest(iters, *f) if isinstance(f, tuple)
+                               else median_slowest(iters, f))
         if hvd.rank() == 0:
             print(f"optimizer path {label} ({k} gradients, {k * s * 4 >> 10} KiB), np="
                   f"{hvd.size()}, {iters} iterations x {rounds} rounds, ms (median of the "
@@ -417,6 +437,12 @@ def bench_optpath(iters, rounds, only=None):
                       f"{(rows['step_off'][r] - none) / raw:.2f}x)  on {rows['step_on'][r]:.3f} "
                       f"({(rows['step_on'][r] - none) / raw:.2f}x)  DDP (gloo, bucket views) "
                       f"{rows['step_ddp'][r]:.3f} ({(rows['step_ddp'][r] - none) / raw:.2f}x)")
+                rn = rows["red_none"][r]
+                rr = rows["red_raw"][r] - rn
+                print(f"    step() after backward: no-comm {rn:.3f}  + raw MPI {rows['red_raw'][r]:.3f}"
+                      f"  off {rows['red_off'][r]:.3f} ((- no-comm) / raw after backward "
+                      f"{(rows['red_off'][r] - rn) / rr:.2f}x)  on {rows['red_on'][r]:.3f} "
+                      f"({(rows['red_on'][r] - rn) / rr:.2f}x)")
             med = {n: statistics.median(v) for n, v in rows.items()}
 
             def spread(vals):
@@ -433,6 +459,13 @@ def bench_optpath(iters, rounds, only=None):
                   f"{med['step_on']:.3f}  DDP {med['step_ddp']:.3f}; per-round (step - no-comm) / "
                   f"raw: off {spread(share['off'])}  on {spread(share['on'])}  DDP "
                   f"{spread(share['ddp'])}")
+            red = {v: [(o - n) / (r - n) for o, n, r in
+                       zip(rows["red_" + v], rows["red_none"], rows["red_raw"])]
+                   for v in ("off", "on")}
+            print(f"  median: step() after backward no-comm {med['red_none']:.3f}  raw MPI + "
+                  f"no-comm {med['red_raw']:.3f}  off {med['red_off']:.3f}  on "
+                  f"{med['red_on']:.3f}; per-round (step() - no-comm's) / (raw + no-comm's - "
+                  f"no-comm's): off {spread(red['off'])}  on {spread(red['on'])}")
             print(f"optpath {label} " + " ".join(f"{n} {med[n]:.4f}" for n in order), flush=True)
 
 
