@@ -25,7 +25,9 @@
 // gradient_as_bucket_view, the same steps without communication, and one raw in-place
 // MPI_Allreduce (Sum) of the K x S bytes. "Reduction" = hvd's step time minus the no-comm one;
 // also printed: step() alone after its backward, minus no-comm's step() (what of the reduction
-// the backward did not hide: with bucket views the bucket submitted by the last gradient's hook).
+// the backward did not hide: with bucket views the bucket submitted by the last gradient's hook),
+// against a fifth mode, the same backward then one raw call and no-comm's step() (the ideal,
+// with the ranks' skew after backward in it too).
 //
 //   mpirun -np 2 --bind-to none build/bench/hvd_train_bench --reduction 1024 1024
 #include <mpi.h>
@@ -65,16 +67,14 @@ struct BasicBlockImpl : nn::Module {
   nn::Conv2d c1{nullptr}, c2{nullptr}, proj{nullptr};
   nn::BatchNorm2d b1{nullptr}, b2{nullptr}, bp{nullptr};
   BasicBlockImpl(int64_t in, int64_t out, int64_t stride) {
-    c1 = register_module("c1", nn::Conv2d(nn::Conv2dOptions(in, out, 3)
-                                              .stride(stride)
-                                              .padding(1)
-                                              .bias(false)));
+    c1 = register_module(
+        "c1", nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
     b1 = register_module("b1", nn::BatchNorm2d(out));
     c2 = register_module("c2", nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1).bias(false)));
     b2 = register_module("b2", nn::BatchNorm2d(out));
     if (stride != 1 || in != out) {
-      proj = register_module(
-          "proj", nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+      proj = register_module("proj",
+                             nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
       bp = register_module("bp", nn::BatchNorm2d(out));
     }
   }
@@ -88,9 +88,9 @@ TORCH_MODULE(BasicBlock);
 /// ResNet-18 as torchvision builds it (11.2M parameters with 10 classes), as python_bench's
 /// resnet18 model: 3x64x64 inputs, batch 16.
 nn::Sequential resnet18() {
-  nn::Sequential m(
-      nn::Conv2d(nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)),
-      nn::BatchNorm2d(64), nn::ReLU(), nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
+  nn::Sequential m(nn::Conv2d(nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)),
+                   nn::BatchNorm2d(64), nn::ReLU(),
+                   nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
   int64_t in = 64;
   for (int64_t out : {64, 128, 256, 512}) {
     m->push_back(BasicBlock(in, out, out == 64 ? 1 : 2));
@@ -377,19 +377,29 @@ void bench_reduction(const Args& a) {
       },
   };
   const Fn steps[4] = {[&] { off.step(); }, [&] { on.step(); }, [&] { s_plain.step(); }, [] {}};
+  // The ideal after the same backward: one raw call, then no-comm's step() (the ranks' skew
+  // after backward hits it as it hits hvd).
+  const Fn raw_backward = backwards[2];
+  const Fn raw_step = [&] {
+    MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+    s_plain.step();
+  };
   const int64_t iters = std::max<int64_t>(20, static_cast<int64_t>(a.window_s * 200));
   // t: whole steps; r: step() alone, after its backward (what of the reduction backward did not
   // hide: the bucket or the last tensors still in flight, their completion, the update).
-  std::vector<double> t[4], r[3];
+  std::vector<double> t[5], r[5];
   for (int w = 0; w < a.warmup + a.windows; ++w) {
-    for (int m = 0; m < 4; ++m) {
+    for (int m = 0; m < 5; ++m) {
+      const Fn& backward = m < 4 ? backwards[m] : raw_backward;
+      const Fn& step = m < 4 ? steps[m] : raw_step;
       hvd::barrier();
       double in_step = 0;
       const double t0 = now_s();
       for (int64_t i = 0; i < iters; ++i) {
-        backwards[m]();
+        backward();
         const double s0 = now_s();
-        steps[m]();
+        step();
         in_step += now_s() - s0;
       }
       double dt[2] = {(now_s() - t0) / static_cast<double>(iters) * 1e3,
@@ -397,32 +407,35 @@ void bench_reduction(const Args& a) {
       MPI_Allreduce(MPI_IN_PLACE, dt, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       if (w < a.warmup) continue;
       t[m].push_back(dt[0]);
-      if (m < 3) r[m].push_back(dt[1]);
+      r[m].push_back(dt[1]);
     }
   }
   if (hvd::rank() != 0) return;
   const double off_ms = median(t[0]), on_ms = median(t[1]), plain_ms = median(t[2]),
                raw_ms = median(t[3]);
-  const double r_off = median(r[0]), r_on = median(r[1]), r_plain = median(r[2]);
+  const double r_off = median(r[0]), r_on = median(r[1]), r_plain = median(r[2]),
+               r_raw = median(r[4]) - r_plain;
   std::printf(
       "\n%lld x %lld B, np %d, %d windows x %lld steps (ms per step, slowest rank, medians)\n"
       "| hvd | hvd bucket views | no-comm | raw MPI_Allreduce | reduction / raw | "
       "reduction with views / raw |\n|---:|---:|---:|---:|---:|---:|\n"
       "| %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx |\n"
       "step() after backward, ms (what backward did not hide): hvd %.3f, bucket views %.3f, "
-      "no-comm %.3f; (step() - no-comm's) / raw: hvd %.2fx, bucket views %.2fx\n",
+      "no-comm %.3f, raw MPI_Allreduce + no-comm %.3f; (step() - no-comm's) / (raw + no-comm's - "
+      "no-comm's): hvd %.2fx, bucket views %.2fx\n",
       static_cast<long long>(k), static_cast<long long>(a.reduction_bytes), hvd::size(), a.windows,
       static_cast<long long>(iters), off_ms, on_ms, plain_ms, raw_ms, (off_ms - plain_ms) / raw_ms,
-      (on_ms - plain_ms) / raw_ms, r_off, r_on, r_plain, (r_off - r_plain) / raw_ms,
-      (r_on - r_plain) / raw_ms);
+      (on_ms - plain_ms) / raw_ms, r_off, r_on, r_plain, r_raw + r_plain, (r_off - r_plain) / r_raw,
+      (r_on - r_plain) / r_raw);
   std::fflush(stdout);
 }
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: hvd_train_bench [--threads N] [--batch B] [--windows W] [--window-s S]\n"
-               "         [--warmup K] [--model mnist_mlp|cnn|mlp_10m|resnet18] [--baseline-file F]\n"
-               "         [--write-baseline] [--bucket-view] [--reduction K S]\n");
+  std::fprintf(
+      stderr,
+      "usage: hvd_train_bench [--threads N] [--batch B] [--windows W] [--window-s S]\n"
+      "         [--warmup K] [--model mnist_mlp|cnn|mlp_10m|resnet18] [--baseline-file F]\n"
+      "         [--write-baseline] [--bucket-view] [--reduction K S]\n");
   return 2;
 }
 

@@ -31,7 +31,9 @@
    64 of 16 KiB, and a training step whose backward only makes those gradients (hvd's share:
    step minus the plain optimizer's step), gradient_as_bucket_view off and on, against one raw
    MPI_Allreduce of the same bytes (mpi4py), alternating within each of --rounds rounds
-   (--opt-case LABEL: one case).
+   (--opt-case LABEL: one case); and that step's step() alone, timed after its backward,
+   against one raw MPI_Allreduce then the plain step() after the same backward (the reduction
+   the backward did not hide, with the ranks' skew in both).
 """
 import argparse
 import os
@@ -336,8 +338,11 @@ def bench_optpath(iters, rounds, only=None):
     one raw MPI_Allreduce (mpi4py, in place) of the same bytes; and a whole training step whose
     backward only makes the K gradients (zero_grad(), one cat and dot, backward(), step()),
     hvd off / on and DDP (gloo, gradient_as_bucket_view=True) against the plain optimizer
-    (no-comm): a framework's share of a step is step - no-comm, to compare with the raw call.
-    All alternate within each of `rounds` rounds.
+    (no-comm): a framework's share of a step is step - no-comm, to compare with the raw call;
+    and step() alone after the same backward ("red_*"), hvd off / on, no-comm, and a raw call
+    then no-comm's step() ("red_raw"): (red_on - red_none) / (red_raw - red_none) is the
+    reduction left after backward against the ideal one. All alternate within each of `rounds`
+    rounds.
     Median of the slowest rank per round; prints each round's ratios and one summary line
     ("optpath LABEL raw R sync_off .. sync_on .. step_none .. step_off .. step_on ..", medians)
     for scripts/bench-compare.sh. `only`: one case label."""
