@@ -4,7 +4,8 @@
 # torch and libtorch 2.6) from a Debian 12 machine: a `debootstrap --variant=minbase trixie`
 # root with hvd's dependencies installed by scripts/install-deps.sh (so the script itself is
 # tested there), the source tree (tracked and untracked files) copied in, configured with the
-# release preset (-Werror: GCC 14 must see no warning) and built, then the unit, local, mpi
+# release preset (-Werror: GCC 14 must see no warning; the benchmarks too, so that they build
+# against libtorch 2.6) and built, then the unit, local, mpi
 # (the libtorch and hvdrun tests among them), python, elastic and one-node Slurm tests run inside
 # the root with ctest; a TorchState commit crosses libtorch 1.13 (the host's build,
 # $HVD_HOST_BUILD) and 2.6 both ways. Last, the .deb it packs (cpack) goes to the clean-host
@@ -91,7 +92,7 @@ echo "Debian $(cat "$root/etc/debian_version"); $(in13 gcc --version | head -1);
 step "configure (release preset) and build"
 in13 ccache -z >/dev/null
 in13 bash -c 'cd /tmp/hvd && cmake --preset release -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
-    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DHVD_BUILD_BENCH=OFF >/tmp/configure.log 2>&1' ||
+    -DCMAKE_C_COMPILER_LAUNCHER=ccache >/tmp/configure.log 2>&1' ||
   { cat "$work/configure.log"; fail "configure on Debian 13"; }
 grep -E 'hvd: ' "$work/configure.log" || true
 in13 bash -c "cd /tmp/hvd && cmake --build build -j $(nproc) >/tmp/build.log 2>&1" ||
