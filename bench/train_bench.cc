@@ -251,7 +251,7 @@ Result bench_model(const Spec& spec, const Args& a) {
 
   std::vector<double> r_hvd, r_plain, r_solo, c_hvd, c_plain, s_hvd, s_plain, r_view, c_view,
       s_view, u_hvd, u_plain, u_view;
-  // CPU per step of the slowest rank (a sum over ranks' max: one allreduce of three values).
+  // CPU per step of the slowest rank: the maximum over ranks, one allreduce of three values.
   auto slowest = [&spec](double h, double p, double v) {
     torch::Tensor t = hvd::allreduce(torch::tensor({h, p, v}, torch::kDouble),
                                      spec.name + ".cpu.max", hvd::ReduceOp::kMax);
@@ -319,8 +319,8 @@ Result bench_model(const Spec& spec, const Args& a) {
   return r;
 }
 
-std::string key(const std::string& model, const Args& a) {
-  return model + " " + std::to_string(a.threads) + " " + std::to_string(a.batch);
+std::string key(const std::string& model, int threads, int64_t batch) {
+  return model + " " + std::to_string(threads) + " " + std::to_string(batch);
 }
 
 /// Baseline file lines: "<model> <threads> <batch> <no-comm samples/s> <hvd samples/s>".
@@ -332,7 +332,7 @@ std::map<std::string, double> read_baseline(const std::string& path) {
   int64_t batch = 0;
   double plain = 0, with_hvd = 0;
   while (in >> model >> threads >> batch >> plain >> with_hvd) {
-    out[model + " " + std::to_string(threads) + " " + std::to_string(batch)] = plain;
+    out[key(model, threads, batch)] = plain;
   }
   return out;
 }
@@ -357,49 +357,44 @@ void bench_reduction(const Args& a) {
   auto pass = [&c](std::vector<torch::Tensor>& ps) { torch::cat(ps).dot(c).backward(); };
   std::vector<float> flat(static_cast<size_t>(k * n), 1.0f);
   using Fn = std::function<void()>;
-  // Each mode: its backward (zero_grad and the pass) and its step(); the raw call has no step.
-  const Fn backwards[4] = {
-      [&] {
-        off.zero_grad();
-        pass(p_off);
-      },
-      [&] {
-        on.zero_grad();
-        pass(p_on);
-      },
-      [&] {
-        s_plain.zero_grad();
-        pass(p_plain);
-      },
-      [&] {
-        MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_FLOAT, MPI_SUM,
-                      MPI_COMM_WORLD);
-      },
-  };
-  const Fn steps[4] = {[&] { off.step(); }, [&] { on.step(); }, [&] { s_plain.step(); }, [] {}};
-  // The ideal after the same backward: one raw call, then no-comm's step() (the ranks' skew
-  // after backward hits it as it hits hvd).
-  const Fn raw_backward = backwards[2];
-  const Fn raw_step = [&] {
+  const Fn raw = [&] {
     MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_FLOAT, MPI_SUM,
                   MPI_COMM_WORLD);
-    s_plain.step();
   };
+  const Fn plain_backward = [&] {
+    s_plain.zero_grad();
+    pass(p_plain);
+  };
+  // Each mode: its backward (zero_grad and the pass; none for the raw call alone) and its
+  // step(). The last is the ideal after the same backward: one raw call, then no-comm's step()
+  // (the ranks' skew after backward hits it as it hits hvd).
+  const Fn backwards[5] = {[&] {
+                             off.zero_grad();
+                             pass(p_off);
+                           },
+                           [&] {
+                             on.zero_grad();
+                             pass(p_on);
+                           },
+                           plain_backward, [] {}, plain_backward};
+  const Fn steps[5] = {[&] { off.step(); }, [&] { on.step(); }, [&] { s_plain.step(); }, raw,
+                       [&] {
+                         raw();
+                         s_plain.step();
+                       }};
   const int64_t iters = std::max<int64_t>(20, static_cast<int64_t>(a.window_s * 200));
   // t: whole steps; r: step() alone, after its backward (what of the reduction backward did not
   // hide: the bucket or the last tensors still in flight, their completion, the update).
   std::vector<double> t[5], r[5];
   for (int w = 0; w < a.warmup + a.windows; ++w) {
     for (int m = 0; m < 5; ++m) {
-      const Fn& backward = m < 4 ? backwards[m] : raw_backward;
-      const Fn& step = m < 4 ? steps[m] : raw_step;
       hvd::barrier();
       double in_step = 0;
       const double t0 = now_s();
       for (int64_t i = 0; i < iters; ++i) {
-        backward();
+        backwards[m]();
         const double s0 = now_s();
-        step();
+        steps[m]();
         in_step += now_s() - s0;
       }
       double dt[2] = {(now_s() - t0) / static_cast<double>(iters) * 1e3,
@@ -501,7 +496,7 @@ int main(int argc, char** argv) {
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const Result& r : results) {
       std::string eff = "-";
-      auto it = base.find(key(r.model, a));
+      auto it = base.find(key(r.model, a.threads, r.batch));
       if (np > 1 && it != base.end() && it->second > 0) {
         char buf[32];
         std::snprintf(buf, sizeof(buf), "%.2f", r.hvd / (np * it->second));
@@ -559,8 +554,7 @@ int main(int argc, char** argv) {
     if (a.write_baseline && !a.baseline_file.empty()) {
       std::ofstream out(a.baseline_file);
       for (const Result& r : results) {
-        out << r.model << " " << a.threads << " " << a.batch << " " << r.plain << " " << r.hvd
-            << "\n";
+        out << key(r.model, a.threads, r.batch) << " " << r.plain << " " << r.hvd << "\n";
       }
     }
   }

@@ -11,9 +11,9 @@
 #     optstep:LABEL (python_bench.py --only optpath --opt-case LABEL, gradient_as_bucket_view on:
 #     synchronize() of ready gradients; a training step, its ratio (step - no-comm) / raw),
 #     optred:LABEL (the same step's step() alone, after its backward: (step() - no-comm's) /
-#     (a raw call then no-comm's step() - no-comm's), both after the same backward, so the ranks'
-#     skew hits both: the reduction backward did not hide); LABEL 1024x1KiB or 64x16KiB; REV must have the
-#     option; default: the four C++ Sum cases.
+#     (a raw call then no-comm's step() - no-comm's), both after the same backward, so the
+#     ranks' skew hits both: the reduction backward did not hide); LABEL 1024x1KiB or 64x16KiB;
+#     REV must have the option; default: the four C++ Sum cases.
 #   Environment: RUNS (5) runs per side, ITERS (100) iterations per run, NP (2),
 #   BUILD (build) the working tree's build directory (NO_BUILD=1: use it as it is), HVD_COMPARE_CACHE (/tmp/hvd-bench-compare)
 #   where REV's builds are kept, one per commit, so a second comparison against it starts at
@@ -39,7 +39,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 sha=$(git rev-parse --verify "$REV^{commit}")
 want_py=0
-for c in "${CASES[@]}"; do [[ $c == py:* || $c == opt:* || $c == optstep:* || $c == optred:* ]] && want_py=1; done
+for c in "${CASES[@]}"; do [[ $c == py:* || $c =~ ^opt(step|red)?: ]] && want_py=1; done
 
 launcher=()
 if command -v ccache >/dev/null; then
@@ -90,7 +90,7 @@ trap 'rm -f "$errlog"' EXIT
 # One run of CASE on build directory $1: "ms ratio loop_us caller_us" (ratio, CPU: - if absent).
 run_case() {
   local build=$1 c=$2
-  if [[ $c == opt:* || $c == optstep:* || $c == optred:* ]]; then
+  if [[ $c =~ ^opt(step|red)?: ]]; then
     local label=${c#*:} kind=${c%%:*}
     if ! ls "$build"/python/hvd/_core*.so >/dev/null 2>&1; then echo "- - - -"; return; fi
     # A port of its own for gloo (python_bench's DDP side) each run; stderr kept for a failure.
