@@ -211,13 +211,21 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
   }
 
   void finish() {
-    close();
+    // A current wrapper that reported its EXIT and then closed its sending side waits for
+    // hvdrun to close (rank_wrapper.cc): its socket stays open (lingering_) until no wrapper of
+    // the generation is left, so no wrapper ends, and no mpirun kills the others for it, before
+    // every rank's exit code is in.
+    const bool linger =
+        exited_ && !closed_ && wrapper_ && current() && server_.sessions_.count(id_) > 0;
+    if (!linger) close();
     server_.pending_.erase(id_);
     if (!wrapper_) return;
     wrapper_ = false;
     auto keep = shared_from_this();
     server_.stale_.erase(id_);
     if (server_.sessions_.erase(id_) == 0 || !current()) return;
+    if (linger) server_.lingering_[id_] = keep;
+    if (server_.sessions_.empty()) server_.release_lingering();
     if (server_.handlers_.on_close) server_.handlers_.on_close(rank_, host_, exited_);
   }
 
@@ -353,7 +361,14 @@ void ControlServer::ping() {
   }));
 }
 
+void ControlServer::release_lingering() {
+  auto copy = std::move(lingering_);
+  lingering_.clear();
+  for (auto& [id, s] : copy) s->close();
+}
+
 void ControlServer::set_generation(int generation) {
+  release_lingering();
   generation_ = generation;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     if (it->second->generation() != generation) {
@@ -425,7 +440,7 @@ void ControlServer::stop() {
   running_ = false;
   for (auto& l : listeners_) l->close();
   ping_timer_.cancel();
-  for (auto* group : {&pending_, &sessions_, &stale_}) {
+  for (auto* group : {&pending_, &sessions_, &stale_, &lingering_}) {
     auto copy = *group;
     for (auto& [id, s] : copy) s->close();
   }

@@ -20,6 +20,14 @@ bool supersedes_restart_request(int first_code, int later_code, bool kill_sent) 
   return sig != SIGTERM && sig != SIGPIPE;
 }
 
+bool supersedes_lost_rank(int later_code, bool kill_sent, double after_s, double grace_s) {
+  if (later_code == kExitElasticFatal) return true;
+  if (kill_sent || after_s >= std::min(1.0, grace_s / 2)) return false;
+  if (later_code <= kExitSignalBase || later_code >= kExitSignalBase + 65) return false;
+  const int sig = later_code - kExitSignalBase;
+  return sig != SIGTERM && sig != SIGPIPE;
+}
+
 bool explains_restart_request(int later_code, bool kill_sent) {
   if (later_code == 0 || later_code == kExitElasticRestart) return false;
   const int sig = later_code > kExitSignalBase ? later_code - kExitSignalBase : 0;

@@ -12,7 +12,9 @@
 // lstat); anything else, such as a directory or a symbolic link another user planted under the
 // same name, stops the rank with kExitElasticFatal before the program runs. Its files are
 // opened with O_NOFOLLOW.
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +28,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -49,6 +52,37 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 namespace {
+
+// Writes the EXIT line, then waits for hvdrun to close the connection, at most `limit` (a master
+// that neither reads nor closes does not hold the rank's exit for longer). hvdrun closes once no
+// wrapper of the generation is left (control_server.cc: lingering_), so this wrapper ends, and
+// mpirun learns of its exit and kills the other ranks' wrappers (at once in elastic mode), only
+// after every wrapper has reported: before, a rank's exit code could be lost that way (a fatal
+// error restarted, a dead rank's host not blacklisted). The sending side is shut down (FIN
+// behind the EXIT) and what hvdrun still sends is read and dropped: closing a socket with unread
+// data resets the connection and can drop the EXIT line itself.
+void send_exit(tcp::socket& socket, const std::string& line, std::chrono::milliseconds limit) {
+  boost::system::error_code ec;
+  asio::write(socket, asio::buffer(line + "\n"), ec);
+  if (ec) return;
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) return;
+  const int fd = socket.native_handle();
+  const auto end = std::chrono::steady_clock::now() + limit;
+  char drop[512];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return;
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return;
+    const ssize_t n = ::recv(fd, drop, sizeof drop, MSG_DONTWAIT);
+    if (n == 0) return;  // hvdrun closed: it read everything before
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return;
+  }
+}
 
 int env_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "HVD_RANK"}) {
@@ -154,6 +188,9 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
     return 2;
   }
   const double grace = std::atof(args[2].c_str());
+  // How long send_exit() waits for hvdrun to close: hvdrun's TERM-to-KILL grace for the other
+  // ranks, and 2 s more.
+  const auto exit_linger = std::chrono::milliseconds(static_cast<long>((grace + 2) * 1000));
   const int generation = std::atoi(args[3].c_str());
   const double heartbeat_timeout = std::atof(args[4].c_str());  // 0 = off
   const std::string& program = args[kProgram];
@@ -206,11 +243,8 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
                    "nothing was read from it. Remove it, or give hvdrun --elastic-state-dir a "
                    "directory only you can write to)\n"
                 << std::flush;
-      asio::write(
-          socket,
-          asio::buffer(format_message({MessageKind::kExit, token, host, rank, kExitElasticFatal}) +
-                       "\n"),
-          ec);
+      send_exit(socket, format_message({MessageKind::kExit, token, host, rank, kExitElasticFatal}),
+                exit_linger);
       return kExitElasticFatal;
     }
     warn_if_low_on_space(dir, host);
@@ -414,9 +448,10 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
       }
     }
   }
-  asio::write(
-      socket,
-      asio::buffer(format_message({MessageKind::kExit, token, host, rank, exit_code}) + "\n"), ec);
+  if (!master_lost) {
+    send_exit(socket, format_message({MessageKind::kExit, token, host, rank, exit_code}),
+              exit_linger);
+  }
   return exit_code;
 }
 

@@ -42,9 +42,13 @@ void write_line(int fd, const std::string& line) {
 }
 
 struct Failure {
+  Failure(int r, std::string h, int c, bool l = false)
+      : rank(r), host(std::move(h)), code(c), lost(l), at(Clock::now()) {}
   int rank;
   std::string host;
   int code;
+  bool lost;             // the wrapper's connection closed without EXIT (on_close)
+  Clock::time_point at;  // when hvdrun learnt of it
 };
 
 int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseConfig& cfg,
@@ -152,6 +156,14 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   h.on_done = life.guard([&](const Message& m) { done.insert(m.rank); });
   h.on_exit = life.guard([&](const Message& m) {
     watchdog.finished(m.rank);
+    if (first && first->lost && stop_signal == 0 && m.rank != first->rank &&
+        supersedes_lost_rank(m.value, kill_sent, since(first->at), cfg.grace_s)) {
+      write_line(2, "hvdrun: rank " + std::to_string(m.rank) + " on host " + m.host + " failed (" +
+                        describe_exit_code(m.value) + "): the cause of losing rank " +
+                        std::to_string(first->rank));
+      first = Failure{m.rank, m.host, m.value};
+      return;
+    }
     if (cfg.elastic && first && stop_signal == 0 &&
         supersedes_restart_request(first->code, m.value, kill_sent)) {
       write_line(2, "hvdrun: rank " + std::to_string(m.rank) + " on host " + m.host + " failed (" +
@@ -190,7 +202,7 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
       cause = Failure{rank, host, kExitLaunch};
     }
     if (!exited && !first && stop_signal == 0) {
-      first = Failure{rank, host, kExitLaunch};
+      first = Failure{rank, host, kExitLaunch, true};
       write_line(2, "hvdrun: lost contact with rank " + std::to_string(rank) + " on host " + host +
                         " (its wrapper was killed or the host went down); stopping all ranks");
       begin_stop();

@@ -3,7 +3,9 @@
 # [elastic] The background preflight of a spare host, end to end on fake hosts
 # (test/hosts/testhosts.sh): hvdrun --min-np 2 --max-np 2 -H A:1,B:1,C:1 runs generation 0 on A
 # and B while C, the spare, is preflighted in the background; rank 1 on B SIGKILLs itself after
-# step 6 of 12 (steps of 100 ms: generation 0 outlasts C's check); B is blacklisted and
+# step 7 of 12 (steps of 100 ms: generation 0 outlasts C's check; step 7's allreduce needs A's
+# rank, which commits step 6 before it, so A holds commit 2 whatever the load; at step 6 the
+# kill raced A's commit and hvdrun's TERM could stop A before it); B is blacklisted and
 # generation 1 launches on A and C without preflighting C again (nor A), resumes from commit 2
 # (step 6) and ends with the closed-form state. The libtorch-free elastic_store_job keeps the
 # test at a few seconds.
@@ -23,7 +25,7 @@ trap '"$RIG" down >/dev/null 2>&1; rm -f "$err"' EXIT
 start=$SECONDS
 "$RIG" up 3 >/dev/null || { echo "FAIL: testhosts.sh up 3"; exit 1; }
 out=$(timeout 90 "$HVDRUN" --verbose --min-np 2 --max-np 2 -H "$A:1,$B:1,$C:1" --reset-limit 1 \
-  "$JOB" --steps 12 --fail-step 6 --fail-rank 1 --step-ms 100 2>"$err")
+  "$JOB" --steps 12 --fail-step 7 --fail-rank 1 --step-ms 100 2>"$err")
 rc=$?
 log=$(grep -v '^hvdrun: mpirun ' "$err")
 gen1=$(sed -n '/^hvdrun: elastic: a rank failed/,$p' <<<"$log")

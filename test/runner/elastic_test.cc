@@ -95,6 +95,28 @@ TEST_CASE("a rank's fatal error (exit 76) ends the job at once with exit code 1"
   CHECK_FALSE(supersedes_restart_request(kExitLaunch, kExitElasticRestart, false));
 }
 
+TEST_CASE("a rank's death reported soon after another rank's wrapper was lost is the failure",
+          "[unit]") {
+  constexpr int kKilled = kExitSignalBase + SIGKILL, kSegv = kExitSignalBase + SIGSEGV;
+  constexpr double kGrace = 5.0;
+  // mpirun's abort after rank 1's death killed rank 0's wrapper, read first: rank 1 is the cause.
+  CHECK(supersedes_lost_rank(kKilled, false, 0.0, kGrace));
+  CHECK(supersedes_lost_rank(kSegv, false, 0.5, kGrace));
+  CHECK(supersedes_lost_rank(kExitElasticFatal, false, 30.0, kGrace));
+  CHECK(supersedes_lost_rank(kExitElasticFatal, true, 30.0, kGrace));
+  // Too late (a wrapper's own KILL a grace period after hvdrun's TERM), or hvdrun's KILL.
+  CHECK_FALSE(supersedes_lost_rank(kKilled, false, 1.0, kGrace));
+  CHECK_FALSE(supersedes_lost_rank(kKilled, false, 0.3, 0.5));
+  CHECK(supersedes_lost_rank(kKilled, false, 0.2, 0.5));
+  CHECK_FALSE(supersedes_lost_rank(kKilled, true, 0.0, kGrace));
+  // hvdrun's TERM, a SIGPIPE from the lost peer, plain codes: consequences, not causes.
+  CHECK_FALSE(supersedes_lost_rank(kExitSignalBase + SIGTERM, false, 0.0, kGrace));
+  CHECK_FALSE(supersedes_lost_rank(kExitSignalBase + SIGPIPE, false, 0.0, kGrace));
+  CHECK_FALSE(supersedes_lost_rank(1, false, 0.0, kGrace));
+  CHECK_FALSE(supersedes_lost_rank(kExitElasticRestart, false, 0.0, kGrace));
+  CHECK_FALSE(supersedes_lost_rank(0, false, 0.0, kGrace));
+}
+
 TEST_CASE("the failure after a restart request is quoted as its cause", "[unit]") {
   CHECK(explains_restart_request(1, false));
   CHECK(explains_restart_request(kExitSignalBase + SIGSEGV, false));

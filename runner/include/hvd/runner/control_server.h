@@ -126,6 +126,9 @@ class ControlServer {
   std::map<int, std::shared_ptr<Session>> pending_;   // not authenticated yet, oldest first
   std::map<int, std::shared_ptr<Session>> sessions_;  // wrappers of the current generation
   std::map<int, std::shared_ptr<Session>> stale_;     // wrappers of other generations
+  // Wrappers of the current generation that reported EXIT and wait for hvdrun to close.
+  std::map<int, std::shared_ptr<Session>> lingering_;
+  void release_lingering();  // closes them: no wrapper of the generation is left
   boost::asio::steady_timer ping_timer_;
   Liveness life_;  // handlers left on io_ after this server is gone do nothing
 };

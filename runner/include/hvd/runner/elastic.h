@@ -60,6 +60,18 @@ inline constexpr int kExitFatalError = 1;
 // another rank's wrapper, whose closed connection may reach hvdrun first).
 bool supersedes_restart_request(int first_code, int later_code, bool kill_sent);
 
+// Whether a rank's exit `later_code`, reported `after_s` seconds after another rank's wrapper
+// vanished without reporting an exit (hvdrun's "lost contact", taken as the first failure), is
+// the real first failure and replaces it. mpirun aborts the job when a rank dies and kills the
+// other ranks' wrappers; when hvdrun reads that closed connection before the dead rank's EXIT
+// (both ready at once), the lost wrapper is the consequence, not the cause. A death by a signal
+// other than TERM and PIPE (KILL only while hvdrun has not sent it, `kill_sent`) counts when it
+// arrives within min(1 s, grace / 2) of the loss: a wrapper kills its rank with KILL itself a
+// grace period after a TERM, so a later KILL may be the consequence of hvdrun's own stop.
+// kExitElasticFatal always counts. Plain exit codes never do (a rank may exit 1 because its
+// peer vanished).
+bool supersedes_lost_rank(int later_code, bool kill_sent, double after_s, double grace_s);
+
 // Whether a rank's exit `later_code`, reported after a restart request (kExitElasticRestart)
 // began stopping the generation, is a failure of its own worth quoting as the restart's cause
 // (GenerationOutcome::error_rank): any non-zero code but another restart request, hvdrun's TERM
