@@ -10,22 +10,28 @@
 
 namespace hvd::runner {
 
+namespace {
+
+// A rank's death by a signal of its own: any but the TERM hvdrun sends and SIGPIPE (a
+// consequence of a peer's death). The caller rules out hvdrun's own KILL.
+bool died_by_own_signal(int code) {
+  if (code <= kExitSignalBase || code >= kExitSignalBase + 65) return false;
+  const int sig = code - kExitSignalBase;
+  return sig != SIGTERM && sig != SIGPIPE;
+}
+
+}  // namespace
+
 bool supersedes_restart_request(int first_code, int later_code, bool kill_sent) {
   if (first_code == kExitLaunch) return later_code == kExitElasticFatal;
   if (first_code != kExitElasticRestart) return false;
   if (later_code == kExitElasticFatal) return true;
-  if (kill_sent) return false;
-  if (later_code <= kExitSignalBase || later_code >= kExitSignalBase + 65) return false;
-  const int sig = later_code - kExitSignalBase;
-  return sig != SIGTERM && sig != SIGPIPE;
+  return !kill_sent && died_by_own_signal(later_code);
 }
 
 bool supersedes_lost_rank(int later_code, bool kill_sent, double after_s, double grace_s) {
   if (later_code == kExitElasticFatal) return true;
-  if (kill_sent || after_s >= std::min(1.0, grace_s / 2)) return false;
-  if (later_code <= kExitSignalBase || later_code >= kExitSignalBase + 65) return false;
-  const int sig = later_code - kExitSignalBase;
-  return sig != SIGTERM && sig != SIGPIPE;
+  return !kill_sent && after_s < std::min(1.0, grace_s / 2) && died_by_own_signal(later_code);
 }
 
 bool explains_restart_request(int later_code, bool kill_sent) {

@@ -156,16 +156,14 @@ int supervise_job(asio::io_context& io, ControlServer& server, const SuperviseCo
   h.on_done = life.guard([&](const Message& m) { done.insert(m.rank); });
   h.on_exit = life.guard([&](const Message& m) {
     watchdog.finished(m.rank);
-    if (first && first->lost && stop_signal == 0 && m.rank != first->rank &&
-        supersedes_lost_rank(m.value, kill_sent, since(first->at), cfg.grace_s)) {
-      write_line(2, "hvdrun: rank " + std::to_string(m.rank) + " on host " + m.host + " failed (" +
-                        describe_exit_code(m.value) + "): the cause of losing rank " +
-                        std::to_string(first->rank));
-      first = Failure{m.rank, m.host, m.value};
-      return;
-    }
-    if (cfg.elastic && first && stop_signal == 0 &&
-        supersedes_restart_request(first->code, m.value, kill_sent)) {
+    // A later exit that is the real first failure: the cause of a lost wrapper (any mode) or of
+    // a survivor's restart request (elastic).
+    const bool supersedes =
+        first && stop_signal == 0 &&
+        ((first->lost && m.rank != first->rank &&
+          supersedes_lost_rank(m.value, kill_sent, since(first->at), cfg.grace_s)) ||
+         (cfg.elastic && supersedes_restart_request(first->code, m.value, kill_sent)));
+    if (supersedes) {
       write_line(2, "hvdrun: rank " + std::to_string(m.rank) + " on host " + m.host + " failed (" +
                         describe_exit_code(m.value) + "): the cause of " +
                         (first->code == kExitLaunch
