@@ -115,7 +115,7 @@ class TorchGradParam : public GradParam {
   }
   void drop_stash() override { base_ = torch::Tensor(); }
   void release() override {
-    if (!param_.grad().defined() || !param_.grad().is_same(wired_grad_)) return;
+    if (!param_.grad().defined() || !param_.grad().is_same(wired_grad())) return;
     taken_ = param_.grad();
     param_.mutable_grad() = torch::Tensor();
   }
@@ -152,7 +152,7 @@ class TorchGradParam : public GradParam {
   }
   bool untouched() const override {
     const torch::Tensor& g = param_.grad();
-    return g.defined() && g.is_same(wired_grad_) && g._version() == wired_version_;
+    return g.defined() && g.is_same(wired_grad()) && g._version() == wired_version_;
   }
 
   std::string bucket_kind() const override {
@@ -164,11 +164,13 @@ class TorchGradParam : public GradParam {
     if (bucket_ && !bucket_->busy()) attach_view();
   }
   void leave_bucket() override {
+    hold_wire();  // a reduction in flight keeps its view
     bucket_.reset();
     view_ = torch::Tensor();
   }
   /// Joins bucket `b` at `offset` (elements) of its flat buffer, .grad's value copied in.
   void join_bucket(const std::shared_ptr<TorchBucket>& b, int64_t offset) {
+    hold_wire();
     bucket_ = b;
     view_ = b->flat.narrow(0, offset, param_.numel()).view(param_.sizes());
     attach_view();
@@ -177,12 +179,24 @@ class TorchGradParam : public GradParam {
   /// Bucket submission, first: .grad becomes the view (copied in where it is not).
   void attach_for_submit() { attach_view(); }
   const torch::Tensor& view() const { return view_; }
-  /// Bucket submission, then: the reduction works on `wire` (the view, or its slice of a 16-bit
-  /// or zero flat buffer).
-  void wire_bucket(torch::Tensor wire, bool zeros) {
-    wire_ = std::move(wire);
-    wired_grad_ = zeros ? torch::Tensor() : view_;
+  /// Bucket submission, then: the reduction works on the view itself (`in_place`, not `zeros`),
+  /// or on `wire` (its slice of a 16-bit or zero flat buffer).
+  void wire_bucket(torch::Tensor wire, bool in_place, bool zeros) {
+    wired_in_place_ = in_place && !zeros;
+    wire_ = wired_in_place_ ? torch::Tensor() : std::move(wire);
+    wired_grad_ = zeros || wired_in_place_ ? torch::Tensor() : view_;
     wired_version_ = view_._version();
+  }
+  /// The end of an in-place bucket reduction whose result is .grad as it is (finish_all()'s
+  /// check): what finish() would leave, without a write.
+  bool finished_in_place(int64_t bucket_version) {
+    if (!wired_in_place_ || base_.defined() || bucket_version != wired_version_) return false;
+    const torch::Tensor& g = param_.grad();
+    return g.defined() && g.is_same(view_);
+  }
+  void unwire() {
+    wired_in_place_ = false;
+    taken_ = torch::Tensor();
   }
 
   int64_t numel() const { return param_.numel(); }
@@ -191,7 +205,7 @@ class TorchGradParam : public GradParam {
   Compression compression() const { return compression_; }
 
   /// The tensor the allreduce works on: .grad itself, or a contiguous / 16-bit staging copy.
-  const torch::Tensor& wire() const { return wire_; }
+  const torch::Tensor& wire() const { return wired_in_place_ ? view_ : wire_; }
   Result<TensorView> make_wire(const std::string& name, bool zeros) {
     torch::NoGradGuard no_grad;
     if (!zeros && !param_.grad().defined()) param_.mutable_grad() = torch::zeros_like(param_);
@@ -201,6 +215,7 @@ class TorchGradParam : public GradParam {
                               "' is sparse; sparse gradients are not supported by the C++ "
                               "DistributedOptimizer (use a dense embedding)");
     }
+    wired_in_place_ = false;
     wire_ = compressed(g, compression_);
     if (wire_.is_same(g) && !g.is_contiguous()) wire_ = g.contiguous();
     wired_grad_ = zeros ? torch::Tensor() : g;
@@ -214,6 +229,7 @@ class TorchGradParam : public GradParam {
 
   void finish(bool ok, GradFrontend::Use use) {
     torch::NoGradGuard no_grad;
+    hold_wire();
     if (use != GradFrontend::Use::kGrad) {
       if (ok && use == GradFrontend::Use::kAside) {
         // The result of a reduction whose gradient a later pass released (or of zeros): it
@@ -250,15 +266,26 @@ class TorchGradParam : public GradParam {
   std::shared_ptr<torch::autograd::Node> accumulator_;  ///< kept alive, or the hook is lost
   uintptr_t post_key_ = 0;
   unsigned pre_key_ = 0;
-  torch::Tensor base_;                   ///< set aside by stash(), plus results set aside
-  torch::Tensor taken_;                  ///< what release() took from .grad
-  torch::Tensor wire_;                   ///< what the allreduce reads and writes
-  torch::Tensor wired_grad_;             ///< .grad when the reduction started
-  int64_t wired_version_ = 0;            ///< and its version counter then
+  torch::Tensor base_;         ///< set aside by stash(), plus results set aside
+  torch::Tensor taken_;        ///< what release() took from .grad
+  torch::Tensor wire_;         ///< what the allreduce reads and writes
+  torch::Tensor wired_grad_;   ///< .grad when the reduction started
+  int64_t wired_version_ = 0;  ///< and its version counter then
+  /// A bucket reduced in place: wire_ and wired_grad_ are view_ (not held: a bucket of 1,024
+  /// members would take and drop 2,048 references per step for nothing).
+  bool wired_in_place_ = false;
   std::shared_ptr<TorchBucket> bucket_;  ///< bucket views: the bucket, else null
   torch::Tensor view_;                   ///< ... and this parameter's view into its buffer
   int64_t stashed_version_ = -1;         ///< the view's version once emptied for a pass
   bool was_empty_ = false;               ///< .grad was empty when the view became .grad
+
+  const torch::Tensor& wired_grad() const { return wired_in_place_ ? view_ : wired_grad_; }
+  /// wire_ and wired_grad_ hold the view they stand for (before the view changes or a finish()).
+  void hold_wire() {
+    if (!wired_in_place_) return;
+    wire_ = wired_grad_ = view_;
+    wired_in_place_ = false;
+  }
 
   /// .grad becomes the view, holding .grad's value (zeros when empty).
   void attach_view() {
@@ -369,8 +396,9 @@ class TorchFrontend : public GradFrontend {
     int64_t offset = 0;
     for (GradParam* p : members) {
       auto* tp = static_cast<TorchGradParam*>(p);
-      tp->wire_bucket(in_place ? tp->view() : wire.narrow(0, offset, tp->numel()).view(tp->sizes()),
-                      zeros);
+      tp->wire_bucket(
+          in_place ? torch::Tensor() : wire.narrow(0, offset, tp->numel()).view(tp->sizes()),
+          in_place, zeros);
       offset += tp->numel();
     }
     if (!zeros) b->own_writes = 0;
@@ -386,6 +414,18 @@ class TorchFrontend : public GradFrontend {
   }
   void finish(GradParam& p, GradReduction&, size_t, bool ok, Use use) override {
     static_cast<TorchGradParam&>(p).finish(ok, use);
+  }
+  void finish_all(const std::vector<GradParam*>& params, GradReduction& r,
+                  const std::vector<size_t>& index, bool ok,
+                  const std::vector<Use>& uses) override {
+    // A bucket reduced in place whose every member's .grad is still its view, unwritten since
+    // (the views share the flat buffer's version counter: one read for all): the result is
+    // where it belongs, nothing is copied or added.
+    if (in_place_result(params, ok, uses)) {
+      for (GradParam* p : params) static_cast<TorchGradParam*>(p)->unwire();
+      return;
+    }
+    GradFrontend::finish_all(params, r, index, ok, uses);
   }
   Result<std::vector<int64_t>> agree(const std::string& name, const std::vector<int64_t>& values,
                                      int32_t process_set) override {
@@ -423,6 +463,22 @@ class TorchFrontend : public GradFrontend {
 
   std::mutex observer_mu;
   std::function<void(const std::string&, const Handle&)> observer;
+
+ private:
+  static bool in_place_result(const std::vector<GradParam*>& params, bool ok,
+                              const std::vector<Use>& uses) {
+    if (!ok || params.size() < 2) return false;
+    const std::shared_ptr<TorchBucket>& b = static_cast<TorchGradParam*>(params[0])->bucket();
+    if (!b) return false;
+    const int64_t version = b->flat._version() - b->own_writes;
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto* tp = static_cast<TorchGradParam*>(params[i]);
+      if (uses[i] != Use::kGrad || tp->bucket() != b || !tp->finished_in_place(version)) {
+        return false;
+      }
+    }
+    return true;
+  }
 };
 
 TorchFrontend& torch_frontend() {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "hvd/core/hash.h"
 #include "registry_lock.h"
 
 namespace hvd::optim {
@@ -143,6 +144,7 @@ Result<EntryList> GradRegistry::add(int64_t owner, const std::string& label,
         e->name = "param." + std::to_string(auto_names_++);
       }
       e->wire = new_wire_name(p, e->name, settings.process_set);
+      e->wire_hash = core::fnv1a(e->wire);
       e->settings = settings;
       e->param->attach(e);
       by_key_[e->key] = e;

@@ -38,10 +38,11 @@ void for_unit(const std::shared_ptr<GradEntry>& e, Fn&& fn) {
 /// join(): zeros in every allreduce) changes neither the maxima nor the minima.
 constexpr int64_t kFlip = int64_t{1} << 62;
 
-/// What every rank must agree on before pairing: the entries' count and names.
+/// What every rank must agree on before pairing: the entries' count and names, in order (each
+/// name's hash was taken at registration: a step hashes one word per entry, not its name).
 int64_t fingerprint(const EntryList& entries) {
   uint64_t h = core::kFnv1aStart;
-  for (const auto& e : entries) h = core::fnv1a(e->wire + '\n', h);
+  for (const auto& e : entries) h = (h ^ e->wire_hash) * 1099511628211ULL;
   return static_cast<int64_t>(h & 0x1fffffffffffffffull);
 }
 
@@ -328,13 +329,20 @@ Status GradRegistry::submit(const EntryList& entries, const std::string& group_n
 }
 
 GradRegistry::Waits GradRegistry::in_flight(const EntryList& entries) const {
+  // `entries` are distinct, and an entry is in one group at most: listing each group once lists
+  // each entry once. A bucket's members come one after another: only a change of group is
+  // looked up.
   Waits waits;
   std::unordered_set<const GradEntry::Group*> groups;
-  std::unordered_set<const GradEntry*> listed;
+  const GradEntry::Group* last = nullptr;
   for (const auto& e : entries) {
-    if (e->group && !groups.insert(e->group.get()).second) continue;  // its unit is listed
+    if (e->group) {
+      if (e->group.get() == last) continue;
+      last = e->group.get();
+      if (!groups.insert(last).second) continue;  // its unit is listed
+    }
     for_unit(e, [&](const std::shared_ptr<GradEntry>& m) {  // group mates complete with it
-      if (m->reduction && listed.insert(m.get()).second) waits.emplace_back(m, m->reduction);
+      if (m->reduction) waits.emplace_back(m, m->reduction);
     });
   }
   return waits;
@@ -344,8 +352,14 @@ Status GradRegistry::wait_and_finish(Lock& lk, const Waits& waits) {
   lk.unlock();
   Status first_error;
   std::vector<Status> status(waits.size());
-  std::unordered_map<const GradReduction*, size_t> waited;  // a shared reduction: waited once
+  // A shared reduction is waited once. Mates are mostly listed one after the other
+  // (in_flight()): only the first of a run is looked up.
+  std::unordered_map<const GradReduction*, size_t> waited;
   for (size_t i = 0; i < waits.size(); ++i) {
+    if (i > 0 && waits[i].second == waits[i - 1].second) {
+      status[i] = status[i - 1];
+      continue;
+    }
     auto [it, first] = waited.emplace(waits[i].second.get(), i);
     status[i] = first ? waits[i].second->wait() : status[it->second];
     if (!status[i].ok() && first_error.ok()) first_error = status[i];
@@ -476,9 +490,15 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
   for (auto& u : units) {
     std::vector<GradEntry*> busy;
     std::vector<GradParam*> busy_params;
-    // Poll every member first: a poll completes the mates sharing the reduction too, so a
-    // member found busy before a later member's poll may be done after it.
-    for (const auto& m : u.members) poll(*m);
+    // Poll every reduction of the unit first: a poll completes the mates sharing it too, so a
+    // member found busy before a later member's poll may be done after it. Mates sharing the
+    // one just polled (a bucket's) are not polled again.
+    const GradReduction* polled = nullptr;
+    for (const auto& m : u.members) {
+      if (!m->reduction || m->reduction.get() == polled) continue;
+      polled = m->reduction.get();
+      poll(*m);
+    }
     for (const auto& m : u.members) {
       if (m->reduction && !m->aside) {
         busy.push_back(m.get());

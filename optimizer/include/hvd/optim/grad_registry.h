@@ -261,6 +261,7 @@ struct GradEntry {
   std::unique_ptr<GradParam> param;
   std::string name;                                     ///< the first name given (or "param.<n>")
   std::string wire;                                     ///< the reduction's name: "grad.<name>[#k]"
+  uint64_t wire_hash = 0;                               ///< FNV-1a of wire (the agreement's)
   std::vector<std::pair<int64_t, std::string>> owners;  ///< (owner id, label)
   ReduceSettings settings;
   std::shared_ptr<Group> group;
