@@ -215,6 +215,14 @@ class TorchGradParam : public GradParam {
                               "' is sparse; sparse gradients are not supported by the C++ "
                               "DistributedOptimizer (use a dense embedding)");
     }
+    if (!zeros && !g.unsafeGetTensorImpl()->version_counter().unique()) {
+      // .grad shares its version counter with other tensors: autograd took it from a gradient
+      // that other parameters' gradients came from too (through torch.cat, for one), so their
+      // accumulations would look like in-place changes of this one while it is reduced (and
+      // drop it). Once per such .grad: the copy is .grad from then on.
+      g = g.clone();
+      param_.mutable_grad() = g;
+    }
     wired_in_place_ = false;
     wire_ = compressed(g, compression_);
     if (wire_.is_same(g) && !g.is_contiguous()) wire_ = g.contiguous();
