@@ -19,11 +19,6 @@ bool contains(const std::vector<int64_t>& v, int64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-/// The entries reduced together with `e`: its group, or itself.
-EntryList unit_of(const std::shared_ptr<GradEntry>& e) {
-  return e->group ? e->group->members : EntryList{e};
-}
-
 /// Calls fn for each entry reduced together with `e` (no copy of a bucket's member list).
 template <typename Fn>
 void for_unit(const std::shared_ptr<GradEntry>& e, Fn&& fn) {
@@ -465,9 +460,11 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
   // 1. What this rank reduces: each unit (a group, or an entry) once, in the order of `entries`
   // (the same on every rank).
   struct Unit {
-    EntryList members;
+    std::shared_ptr<GradEntry::Group> group;  ///< its members (a bucket's: not copied), or null
+    EntryList single;                         ///< ... an entry alone
     std::string name;
     bool fill = false;  // gradients (or zeros) not submitted yet
+    const EntryList& members() const { return group ? group->members : single; }
   };
   std::vector<Unit> units;
   std::vector<size_t> unit_index(entries.size());
@@ -485,7 +482,11 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
       groups.push_back(nullptr);
     }
     unit_index[i] = units.size();
-    units.push_back({unit_of(e), e->group ? e->group->name : std::string(), false});
+    if (e->group) {
+      units.push_back({e->group, {}, e->group->name, false});
+    } else {
+      units.push_back({nullptr, {e}, std::string(), false});
+    }
   }
   for (auto& u : units) {
     std::vector<GradEntry*> busy;
@@ -494,12 +495,12 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
     // member found busy before a later member's poll may be done after it. Mates sharing the
     // one just polled (a bucket's) are not polled again.
     const GradReduction* polled = nullptr;
-    for (const auto& m : u.members) {
+    for (const auto& m : u.members()) {
       if (!m->reduction || m->reduction.get() == polled) continue;
       polled = m->reduction.get();
       poll(*m);
     }
-    for (const auto& m : u.members) {
+    for (const auto& m : u.members()) {
       if (m->reduction && !m->aside) {
         busy.push_back(m.get());
         busy_params.push_back(m->param.get());
@@ -516,7 +517,7 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
       start_round(m);
       m.zeroed = true;
     }
-    for (const auto& m : u.members) {
+    for (const auto& m : u.members()) {
       // No (or not enough) gradient this round on this rank: it contributes what accumulated,
       // zeros when nothing did.
       if (m->state == State::kAccumulating || m->state == State::kQueued ||
@@ -543,22 +544,22 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
     Unit& u = units[k];
     const int64_t want = wants[k];
     auto wait_unit = [&]() -> Status {
-      if (!u.members.front()->reduction) return Status();
-      return wait_and_finish(lk, in_flight({u.members.front()}));
+      if (!u.members().front()->reduction) return Status();
+      return wait_and_finish(lk, in_flight({u.members().front()}));
     };
     if (u.fill) {
       Status s = wait_unit();
       if (s.ok()) {
-        for (const auto& m : u.members) {
+        for (const auto& m : u.members()) {
           if (m->state == State::kClean || m->state == State::kInFlight) set_aside(*m);
         }
-        s = submit(u.members, u.name);
+        s = submit(u.members(), u.name);
       }
       if (!s.ok() && first.ok()) first = s;
     }
-    while (u.members.front()->rounds < want) {
+    while (u.members().front()->rounds < want) {
       Status s = wait_unit();
-      if (s.ok()) s = submit(u.members, u.name, true);
+      if (s.ok()) s = submit(u.members(), u.name, true);
       if (!s.ok()) {
         if (first.ok()) first = s;
         break;
