@@ -218,9 +218,10 @@ class TorchGradParam : public GradParam {
     if (!zeros && !g.unsafeGetTensorImpl()->version_counter().unique()) {
       // .grad shares its version counter with other tensors: autograd took it from a gradient
       // that other parameters' gradients came from too (through torch.cat, for one), so their
-      // accumulations would look like in-place changes of this one while it is reduced (and
-      // drop it). Once per such .grad: the copy is .grad from then on.
-      g = g.clone();
+      // accumulations, or results written into them, would look like in-place changes of this
+      // one while it is reduced (and drop it). variable_data() is the same memory with a counter
+      // of its own (no copy); it is .grad from then on.
+      g = g.variable_data();
       param_.mutable_grad() = g;
     }
     wired_in_place_ = false;

@@ -4,6 +4,7 @@ the whole batch in one process (each rank computes that reference itself), in Ho
 explicit style and in hvd's (several optimizers sharing parameters, no renaming, no
 synchronize() calls)."""
 import copy
+import time
 
 import pytest
 import torch
@@ -115,6 +116,31 @@ def test_op_sum_sums_the_shard_gradients():
             .backward()
         ref_opt.step()
     assert_same(model, ref)
+
+
+@pytest.mark.parametrize("two_passes", [False, True])
+def test_gradients_sharing_a_version_counter_are_kept_while_in_flight(two_passes):
+    """Gradients reached through one torch.cat can share one version counter (the libtorch
+    optimizer's case): rank 1 comes late, so rank 0's reductions are in flight at step() while
+    later accumulations bump the shared version; nothing may be dropped (the result is checked
+    against the gradients computed here)."""
+    k, steps = 8, 3
+    ps = [torch.zeros(3, requires_grad=True) for _ in range(k)]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(ps, lr=1.0), op=hvd.Sum,
+                                   named_parameters=[(f"shared_version.{two_passes}.{i}", p)
+                                                     for i, p in enumerate(ps)])
+    c = torch.arange(k * 3, dtype=torch.float32) + 1
+    passes = 2 if two_passes else 1
+    for _ in range(steps):
+        opt.zero_grad()
+        if hvd.rank() == 1:
+            time.sleep(0.2)
+        for _ in range(passes):
+            (torch.cat(ps).dot(c) * (hvd.rank() + 1)).backward()
+        opt.step()
+    ranks_sum = hvd.size() * (hvd.size() + 1) / 2
+    want = -steps * passes * ranks_sum * c
+    assert torch.allclose(torch.cat(ps).detach(), want, atol=1e-3)
 
 
 def bpps_data():

@@ -447,29 +447,35 @@ TEST_CASE("two backward passes before step() accumulate as in one process, Sum a
 TEST_CASE("gradients sharing one version counter are not taken for changed while in flight",
           "[mpi]") {
   // Autograd leaves the gradients of parameters reached through one torch.cat with one version
-  // counter between them: each in-place accumulation (from the second step on) bumps all their
-  // versions. Rank 1 comes late, so rank 0's reductions are still in flight at its step(): a
-  // bump by a later parameter's accumulation must not count as a change (which would drop the
-  // gradient on rank 0 only and fail the step on every rank).
-  const int64_t k = 8;
-  std::vector<torch::Tensor> ps;
-  for (int64_t i = 0; i < k; ++i) ps.push_back(torch::zeros({3}, torch::requires_grad()));
-  optim::SGD sgd(ps, 1.0);
-  hvd::DistributedOptimizer opt(
-      sgd, hvd::NamedParameters{},
-      hvd::DistributedOptimizerOptions().op(hvd::ReduceOp::kSum).label("shared_version"));
-  const torch::Tensor c = torch::arange(k * 3, torch::kFloat) + 1;
-  const int steps = 3;
-  for (int step = 0; step < steps; ++step) {
-    opt.zero_grad();
-    if (hvd::rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    (torch::cat(ps).dot(c) * static_cast<float>(hvd::rank() + 1)).backward();
-    REQUIRE_NOTHROW(opt.step());
+  // counter between them: each in-place accumulation (from the second step on), and each result
+  // written into one of them (adding what a first pass set aside), bumps all their versions.
+  // Rank 1 comes late, so rank 0's reductions are still in flight at its step(): such a bump
+  // must not count as a change of another gradient (which would drop it, silently).
+  for (int passes : {1, 2}) {
+    const int64_t k = 8;
+    std::vector<torch::Tensor> ps;
+    for (int64_t i = 0; i < k; ++i) ps.push_back(torch::zeros({3}, torch::requires_grad()));
+    optim::SGD sgd(ps, 1.0);
+    hvd::DistributedOptimizer opt(sgd, hvd::NamedParameters{},
+                                  hvd::DistributedOptimizerOptions()
+                                      .op(hvd::ReduceOp::kSum)
+                                      .label("shared_version." + std::to_string(passes)));
+    const torch::Tensor c = torch::arange(k * 3, torch::kFloat) + 1;
+    const int steps = 3;
+    for (int step = 0; step < steps; ++step) {
+      opt.zero_grad();
+      if (hvd::rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      for (int pass = 0; pass < passes; ++pass) {
+        (torch::cat(ps).dot(c) * static_cast<float>(hvd::rank() + 1)).backward();
+      }
+      REQUIRE_NOTHROW(opt.step());
+    }
+    // Each pass's gradient, summed over the ranks: c * (1 + 2 + ... + size).
+    const float ranks_sum = static_cast<float>(hvd::size() * (hvd::size() + 1) / 2);
+    const torch::Tensor want = -static_cast<float>(steps * passes) * ranks_sum * c;
+    INFO("backward passes per step: " << passes);
+    CHECK((torch::cat(ps).detach() - want).abs().max().item<float>() <= 1e-3);
   }
-  // Each step's gradient, summed over the ranks: c * (1 + 2 + ... + size).
-  const float ranks_sum = static_cast<float>(hvd::size() * (hvd::size() + 1) / 2);
-  const torch::Tensor want = -static_cast<float>(steps) * ranks_sum * c;
-  CHECK((torch::cat(ps).detach() - want).abs().max().item<float>() <= 1e-3);
 }
 
 TEST_CASE("a module used in different backward passes on different ranks: no hang, one result",

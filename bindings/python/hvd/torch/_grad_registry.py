@@ -36,7 +36,7 @@ class _Slot:
     """One registered parameter (see the module docstring)."""
     __slots__ = ("param", "settings", "sparse", "sparse_only", "acc", "hooks", "base", "wired",
                  "wired_version", "wire", "ctx", "taken", "bucket", "view", "attached",
-                 "inflight", "__weakref__")
+                 "inflight", "owned", "__weakref__")
 
     def __init__(self, param, settings, sparse):
         self.param, self.settings = param, settings
@@ -49,6 +49,7 @@ class _Slot:
         # was before a pre-hook made it the view (None: nothing attached since the last pass).
         self.bucket = self.view = self.attached = None
         self.inflight = None  # the _Bucket whose reduction in flight holds this gradient
+        self.owned = None  # weak reference to the .grad given a version counter of its own
 
     def attach(self, ref):
         p = self.param
@@ -255,6 +256,16 @@ class _Slot:
         self.sparse = self.sparse or p.grad.is_sparse
         if p.grad.is_sparse and densify:
             p.grad = p.grad.to_dense()
+        if not p.grad.is_sparse:
+            owned = self.owned() if self.owned is not None else None
+            if owned is not p.grad:
+                # Autograd can leave one version counter to the gradients of several parameters
+                # (reached through one torch.cat): another's accumulation, or a result written
+                # into another, would look like an in-place change of this one while it is
+                # reduced (and drop it). .data is the same memory with a counter of its own (no
+                # copy); once per .grad tensor (a weak reference: a dropped .grad is freed).
+                p.grad = p.grad.data
+                self.owned = weakref.ref(p.grad)
         self.wired, self.wired_version = p.grad, p.grad._version
         if p.grad.is_sparse:
             self.ctx = _SPARSE
