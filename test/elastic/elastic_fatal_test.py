@@ -8,7 +8,7 @@ run_fn on hvd.numpy: no torch, about a second a generation):
   ValueError gives without elastic mode);
 - a TypeError in rank 0: the same;
 - ranks that disagree about an allreduce's shape (MismatchError, a HorovodInternalError, on
-  every rank): the same, no restart;
+  every rank; the first rank to report it ends the job): the same, no restart;
 - a RuntimeError at step 3 in every generation (not fatal: restarted): commit() told hvdrun of
   commit 1 (step 2) in generation 0, so generation 1 is the first without a new commit; with
   --max-restarts-without-progress 1 hvdrun gives up after generation 2, naming commit 1 and
@@ -39,14 +39,15 @@ def generations(p):
     return p.stderr.count("hvdrun: elastic: generation ")
 
 
-def expect_fatal(name, p, rank, error_line):
+def expect_fatal(name, p, ranks, error_line):
     check(p.returncode == 1, f"{name}: the job ends with exit code 1 (got {p.returncode})", p)
     check(generations(p) == 1 and "starting generation" not in p.stderr,
           f"{name}: one generation, no restart", p)
     check("Traceback (most recent call last):" in p.stderr and error_line in p.stderr,
           f"{name}: the rank printed the traceback, ending with '{error_line}'", p)
-    check(f"hvd.elastic: rank {rank}: " in p.stderr and "a restart cannot fix this error; "
-          "ending the job (exit 76)" in p.stderr, f"{name}: rank {rank} ends with exit 76", p)
+    check(any(f"hvd.elastic: rank {r}: " in p.stderr for r in ranks) and "a restart cannot fix "
+          "this error; ending the job (exit 76)" in p.stderr,
+          f"{name}: rank {' or '.join(map(str, ranks))} ends with exit 76", p)
     check("ended with an error a restart cannot fix" in p.stderr
           and "not restarting, exit code 1" in p.stderr,
           f"{name}: hvdrun says a restart cannot fix it", p)
@@ -54,13 +55,15 @@ def expect_fatal(name, p, rank, error_line):
 
 
 p = run("value", "--fail-step", "3", "--fail-how", "value")
-expect_fatal("ValueError", p, 1, "ValueError: fatal_job: step 3 cannot run (simulated bug)")
+expect_fatal("ValueError", p, (1,), "ValueError: fatal_job: step 3 cannot run (simulated bug)")
 
 p = run("type", "--fail-step", "1", "--fail-how", "type", "--fail-rank", "0")
-expect_fatal("TypeError", p, 0, "TypeError: fatal_job: step 1 got a str (simulated bug)")
+expect_fatal("TypeError", p, (0,), "TypeError: fatal_job: step 1 got a str (simulated bug)")
 
 p = run("mismatch", "--fail-step", "3", "--fail-how", "mismatch")
-expect_fatal("mismatch", p, 1, "MismatchError: ")
+# Every rank gets the MismatchError; the first to exit ends the job, and the other may be stopped
+# (or see that peer's exit, on Open MPI 5 as seen in CI) before it prints its own: either rank.
+expect_fatal("mismatch", p, (0, 1), "MismatchError: ")
 
 p = run("runtime", "--fail-step", "3", "--fail-how", "runtime",
         hvdrun_args=("--max-restarts-without-progress", "1"))
