@@ -388,9 +388,7 @@ def _finish_all(slots, result, index, ok, uses):
     if ok and not any(uses) and _intact(bucket):
         rest, fast = [], 0
         for i, sl in enumerate(slots):
-            # _on_view(sl, bucket), inlined: this loop runs once per member and step.
-            v = sl.view
-            if sl.base is None and sl.inflight is bucket and sl.wired is v and sl.param.grad is v:
+            if sl.base is None and _on_view(sl, bucket):
                 sl.wired = sl.wire = sl.ctx = sl.taken = sl.inflight = None
                 fast += 1
             else:
@@ -407,9 +405,7 @@ def _untouched_all(slots):
     place whose buffer nobody wrote to: a member is untouched when .grad is still its view."""
     bucket = slots[0].inflight
     if _intact(bucket):
-        # _on_view(sl, bucket), inlined (once per member and step).
-        return [(sl.inflight is bucket and sl.wired is sl.view and sl.param.grad is sl.view) or
-                sl.untouched() for sl in slots]
+        return [_on_view(sl, bucket) or sl.untouched() for sl in slots]
     return [sl.untouched() for sl in slots]
 
 
