@@ -37,7 +37,7 @@ constexpr int64_t kFlip = int64_t{1} << 62;
 /// name's hash was taken at registration: a step hashes one word per entry, not its name).
 int64_t fingerprint(const EntryList& entries) {
   uint64_t h = core::kFnv1aStart;
-  for (const auto& e : entries) h = (h ^ e->wire_hash) * 1099511628211ULL;
+  for (const auto& e : entries) h = (h ^ e->wire_hash) * core::kFnv1aPrime;
   return static_cast<int64_t>(h & 0x1fffffffffffffffull);
 }
 

@@ -8,11 +8,12 @@
 namespace hvd::core {
 
 inline constexpr uint64_t kFnv1aStart = 14695981039346656037ULL;
+inline constexpr uint64_t kFnv1aPrime = 1099511628211ULL;
 
 /// FNV-1a of `bytes`, continuing from `h` (kFnv1aStart for a fresh hash): hashing two strings
 /// in turn equals hashing their concatenation.
 inline uint64_t fnv1a(std::string_view bytes, uint64_t h = kFnv1aStart) {
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ULL;
+  for (unsigned char c : bytes) h = (h ^ c) * kFnv1aPrime;
   return h;
 }
 
