@@ -27,7 +27,8 @@
 // also printed: step() alone after its backward, minus no-comm's step() (what of the reduction
 // the backward did not hide: with bucket views the bucket submitted by the last gradient's hook),
 // against a fifth mode, the same backward then one raw call and no-comm's step() (the ideal,
-// with the ranks' skew after backward in it too).
+// with the ranks' skew after backward in it too); the same ratio again from per-step medians
+// (each rank's median step(), the slowest rank's), which a preempted step does not move.
 //
 //   mpirun -np 2 --bind-to none build/bench/hvd_train_bench --reduction 1024 1024
 #include <mpi.h>
@@ -385,7 +386,7 @@ void bench_reduction(const Args& a) {
   const int64_t iters = std::max<int64_t>(20, static_cast<int64_t>(a.window_s * 200));
   // t: whole steps; r: step() alone, after its backward (what of the reduction backward did not
   // hide: the bucket or the last tensors still in flight, their completion, the update).
-  std::vector<double> t[5], r[5];
+  std::vector<double> t[5], r[5], each[5];  // each: every step's step(), measured windows
   for (int w = 0; w < a.warmup + a.windows; ++w) {
     for (int m = 0; m < 5; ++m) {
       hvd::barrier();
@@ -395,7 +396,9 @@ void bench_reduction(const Args& a) {
         backwards[m]();
         const double s0 = now_s();
         steps[m]();
-        in_step += now_s() - s0;
+        const double d = now_s() - s0;
+        in_step += d;
+        if (w >= a.warmup) each[m].push_back(d * 1e3);
       }
       double dt[2] = {(now_s() - t0) / static_cast<double>(iters) * 1e3,
                       in_step / static_cast<double>(iters) * 1e3};
@@ -405,6 +408,11 @@ void bench_reduction(const Args& a) {
       r[m].push_back(dt[1]);
     }
   }
+  // Per-step medians of step() (each rank's, then the slowest rank's): a preempted step on this
+  // shared VM moves a window's mean, not these.
+  double med[5];
+  for (int m = 0; m < 5; ++m) med[m] = median(each[m]);
+  MPI_Allreduce(MPI_IN_PLACE, med, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (hvd::rank() != 0) return;
   const double off_ms = median(t[0]), on_ms = median(t[1]), plain_ms = median(t[2]),
                raw_ms = median(t[3]);
@@ -422,6 +430,12 @@ void bench_reduction(const Args& a) {
       static_cast<long long>(iters), off_ms, on_ms, plain_ms, raw_ms, (off_ms - plain_ms) / raw_ms,
       (on_ms - plain_ms) / raw_ms, r_off, r_on, r_plain, r_raw + r_plain, (r_off - r_plain) / r_raw,
       (r_on - r_plain) / r_raw);
+  const double med_raw = med[4] - med[2];
+  std::printf(
+      "step() after backward, per-step medians, ms: hvd %.3f, bucket views %.3f, no-comm %.3f, "
+      "raw MPI_Allreduce + no-comm %.3f; (step() - no-comm's) / (raw + no-comm's - no-comm's): "
+      "hvd %.2fx, bucket views %.2fx (per-step)\n",
+      med[0], med[1], med[2], med[4], (med[0] - med[2]) / med_raw, (med[1] - med[2]) / med_raw);
   std::fflush(stdout);
 }
 

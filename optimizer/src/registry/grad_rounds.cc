@@ -328,6 +328,7 @@ GradRegistry::Waits GradRegistry::in_flight(const EntryList& entries) const {
   // each entry once. A bucket's members come one after another: only a change of group is
   // looked up.
   Waits waits;
+  waits.reserve(entries.size());
   std::unordered_set<const GradEntry::Group*> groups;
   const GradEntry::Group* last = nullptr;
   for (const auto& e : entries) {
@@ -346,32 +347,33 @@ GradRegistry::Waits GradRegistry::in_flight(const EntryList& entries) const {
 Status GradRegistry::wait_and_finish(Lock& lk, const Waits& waits) {
   lk.unlock();
   Status first_error;
-  std::vector<Status> status(waits.size());
-  // A shared reduction is waited once. Mates are mostly listed one after the other
-  // (in_flight()): only the first of a run is looked up.
+  // Mates of one reduction are listed one after the other (in_flight()): one status per run
+  // (a bucket of 1,024 members is one wait, one status). A reduction listed again later, not
+  // next to its mates, is waited once: `waited` finds its first run.
+  std::vector<std::pair<size_t, Status>> runs;  // each run's end in `waits`, and its status
   std::unordered_map<const GradReduction*, size_t> waited;
-  for (size_t i = 0; i < waits.size(); ++i) {
-    if (i > 0 && waits[i].second == waits[i - 1].second) {
-      status[i] = status[i - 1];
-      continue;
-    }
-    auto [it, first] = waited.emplace(waits[i].second.get(), i);
-    status[i] = first ? waits[i].second->wait() : status[it->second];
-    if (!status[i].ok() && first_error.ok()) first_error = status[i];
-  }
-  lk.relock();
-  // Mates of one reduction are listed one after the other (in_flight()): one complete_all each.
-  std::vector<GradEntry*> batch;
   for (size_t i = 0; i < waits.size();) {
     const GradReduction* r = waits[i].second.get();
+    size_t j = i + 1;
+    while (j < waits.size() && waits[j].second.get() == r) ++j;
+    auto [it, first] = waited.emplace(r, runs.size());
+    Status s = first ? waits[i].second->wait() : runs[it->second].second;
+    if (!s.ok() && first_error.ok()) first_error = s;
+    runs.emplace_back(j, std::move(s));
+    i = j;
+  }
+  lk.relock();
+  std::vector<GradEntry*> batch;
+  batch.reserve(waits.size());
+  size_t i = 0;
+  for (const auto& [end, status] : runs) {
+    const GradReduction* r = waits[i].second.get();
     batch.clear();
-    size_t j = i;
-    for (; j < waits.size() && waits[j].second.get() == r; ++j) {
-      GradEntry& e = *waits[j].first;
+    for (; i < end; ++i) {
+      GradEntry& e = *waits[i].first;
       if (e.reduction.get() == r) batch.push_back(&e);  // else done already
     }
-    complete_all(batch, status[i].ok());
-    i = j;
+    complete_all(batch, status.ok());
   }
   return first_error;
 }
