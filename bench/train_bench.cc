@@ -28,7 +28,9 @@
 // the backward did not hide: with bucket views the bucket submitted by the last gradient's hook),
 // against a fifth mode, the same backward then one raw call and no-comm's step() (the ideal,
 // with the ranks' skew after backward in it too); the same ratio again from per-step medians
-// (each rank's median step(), the slowest rank's), which a preempted step does not move.
+// (each rank's median step(), the slowest rank's), which a preempted step does not move; and
+// hvd's floor: a sixth mode, the same backward then one hvd::allreduce_ of the same bytes and
+// no-comm's step() (no optimizer: what the runtime's one collective costs against the raw call).
 //
 //   mpirun -np 2 --bind-to none build/bench/hvd_train_bench --reduction 1024 1024
 #include <mpi.h>
@@ -357,6 +359,7 @@ void bench_reduction(const Args& a) {
   // The backward: one cat, one dot, the K gradient accumulators (every training has those).
   auto pass = [&c](std::vector<torch::Tensor>& ps) { torch::cat(ps).dot(c).backward(); };
   std::vector<float> flat(static_cast<size_t>(k * n), 1.0f);
+  const torch::Tensor hvd_flat = torch::ones({k * n});
   using Fn = std::function<void()>;
   const Fn raw = [&] {
     MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_FLOAT, MPI_SUM,
@@ -367,28 +370,41 @@ void bench_reduction(const Args& a) {
     pass(p_plain);
   };
   // Each mode: its backward (zero_grad and the pass; none for the raw call alone) and its
-  // step(). The last is the ideal after the same backward: one raw call, then no-comm's step()
-  // (the ranks' skew after backward hits it as it hits hvd).
-  const Fn backwards[5] = {[&] {
-                             off.zero_grad();
-                             pass(p_off);
-                           },
-                           [&] {
-                             on.zero_grad();
-                             pass(p_on);
-                           },
-                           plain_backward, [] {}, plain_backward};
-  const Fn steps[5] = {[&] { off.step(); }, [&] { on.step(); }, [&] { s_plain.step(); }, raw,
-                       [&] {
-                         raw();
-                         s_plain.step();
-                       }};
+  // step(). The fifth is the ideal after the same backward: one raw call, then no-comm's step()
+  // (the ranks' skew after backward hits it as it hits hvd); the sixth the same with one
+  // hvd::allreduce_ of the same bytes instead of the raw call: hvd's per-collective floor
+  // (negotiation, the background thread, its wake-ups), what no optimizer on hvd gets below.
+  constexpr int kModes = 6;
+  const Fn backwards[kModes] = {[&] {
+                                  off.zero_grad();
+                                  pass(p_off);
+                                },
+                                [&] {
+                                  on.zero_grad();
+                                  pass(p_on);
+                                },
+                                plain_backward,
+                                [] {},
+                                plain_backward,
+                                plain_backward};
+  const Fn steps[kModes] = {[&] { off.step(); },
+                            [&] { on.step(); },
+                            [&] { s_plain.step(); },
+                            raw,
+                            [&] {
+                              raw();
+                              s_plain.step();
+                            },
+                            [&] {
+                              hvd::allreduce_(hvd_flat, "reduction.floor", hvd::ReduceOp::kSum);
+                              s_plain.step();
+                            }};
   const int64_t iters = std::max<int64_t>(20, static_cast<int64_t>(a.window_s * 200));
   // t: whole steps; r: step() alone, after its backward (what of the reduction backward did not
   // hide: the bucket or the last tensors still in flight, their completion, the update).
-  std::vector<double> t[5], r[5], each[5];  // each: every step's step(), measured windows
+  std::vector<double> t[kModes], r[kModes], each[kModes];  // each: every step's step()
   for (int w = 0; w < a.warmup + a.windows; ++w) {
-    for (int m = 0; m < 5; ++m) {
+    for (int m = 0; m < kModes; ++m) {
       hvd::barrier();
       double in_step = 0;
       const double t0 = now_s();
@@ -410,9 +426,9 @@ void bench_reduction(const Args& a) {
   }
   // Per-step medians of step() (each rank's, then the slowest rank's): a preempted step on this
   // shared VM moves a window's mean, not these.
-  double med[5];
-  for (int m = 0; m < 5; ++m) med[m] = median(each[m]);
-  MPI_Allreduce(MPI_IN_PLACE, med, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  double med[kModes];
+  for (int m = 0; m < kModes; ++m) med[m] = median(each[m]);
+  MPI_Allreduce(MPI_IN_PLACE, med, kModes, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (hvd::rank() != 0) return;
   const double off_ms = median(t[0]), on_ms = median(t[1]), plain_ms = median(t[2]),
                raw_ms = median(t[3]);
@@ -436,6 +452,11 @@ void bench_reduction(const Args& a) {
       "raw MPI_Allreduce + no-comm %.3f; (step() - no-comm's) / (raw + no-comm's - no-comm's): "
       "hvd %.2fx, bucket views %.2fx (per-step)\n",
       med[0], med[1], med[2], med[4], (med[0] - med[2]) / med_raw, (med[1] - med[2]) / med_raw);
+  std::printf(
+      "hvd's floor: one hvd::allreduce_ of the same bytes after the same backward, then "
+      "no-comm's step(): %.3f ms (windows) / %.3f ms (per-step); (- no-comm's) / the raw "
+      "call's: %.2fx (windows), %.2fx (per-step)\n",
+      median(r[5]), med[5], (median(r[5]) - r_plain) / r_raw, (med[5] - med[2]) / med_raw);
   std::fflush(stdout);
 }
 
