@@ -149,10 +149,12 @@ Result<EntryList> GradRegistry::add(int64_t owner, const std::string& label,
       e->param->attach(e);
       by_key_[e->key] = e;
       by_wire_[{settings.process_set, e->wire}] = e;
+      e->registered = true;
     }
     if (std::none_of(e->owners.begin(), e->owners.end(),
                      [owner](const auto& o) { return o.first == owner; })) {
       e->owners.emplace_back(owner, label);
+      ++shape_;
       // A shared entry is never a bucket view: its bucket dissolves (every rank registers in the
       // same order; the first owner's next agreement lays its buckets out again).
       if (e->group && e->group->bucket) dissolve(e->group);
@@ -161,6 +163,7 @@ Result<EntryList> GradRegistry::add(int64_t owner, const std::string& label,
   }
   for (const auto& g : groups) {
     if (out[g.front()]->group) continue;  // validated: the identical existing group
+    ++shape_;
     auto grp = std::make_shared<GradEntry::Group>();
     grp->name = "grad.group." + out[g.front()]->wire.substr(5) + "+" + std::to_string(g.size() - 1);
     for (size_t i : g) {
@@ -190,6 +193,7 @@ void GradRegistry::drain_deferred(Lock& lk) {
 
 void GradRegistry::remove_locked(Lock& lk, int64_t owner, const EntryList& entries) {
   layouts_.erase(owner);
+  ++shape_;
   for (const auto& e : entries) {
     auto& o = e->owners;
     o.erase(std::remove_if(o.begin(), o.end(), [owner](const auto& x) { return x.first == owner; }),
@@ -217,10 +221,14 @@ void GradRegistry::remove_locked(Lock& lk, int64_t owner, const EntryList& entri
     if (e->group) dissolve(e->group);  // a group dissolves with its first departing member
     by_key_.erase(e->key);
     by_wire_.erase({e->settings.process_set, e->wire});
+    e->registered = false;
+    if (e->submissions != 0) retired_submissions_[e->wire] += e->submissions;
+    e->submissions = 0;
   }
 }
 
 void GradRegistry::dissolve(std::shared_ptr<GradEntry::Group> g) {  // a copy: members reset theirs
+  ++shape_;
   auto members = std::move(g->members);
   g->members.clear();
   for (const auto& m : members) {
@@ -245,11 +253,13 @@ int64_t GradRegistry::wants_layout(int64_t owner, const EntryList& entries) cons
   // The eligible entries changed (a bucket dissolved when an entry became shared): lay out
   // again. bucket_kind() is asked at layout time only (it costs a call per entry).
   if (l.eligible.size() != entries.size()) return kLayoutMissing;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (l.eligible[i] != bucket_eligible(owner, *entries[i])) return kLayoutMissing;
-  }
-  for (const auto& e : l.order) {
-    if (!e->group || !e->group->bucket) return kLayoutMissing;
+  if (l.shape != shape_) {  // owners or groups changed since the layout (else nothing can differ)
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (l.eligible[i] != bucket_eligible(owner, *entries[i])) return kLayoutMissing;
+    }
+    for (const auto& e : l.order) {
+      if (!e->group || !e->group->bucket) return kLayoutMissing;
+    }
   }
   if (l.order_relayouts >= kMaxOrderRelayouts) return 0;
   uint64_t last = 0;
@@ -336,6 +346,7 @@ Status GradRegistry::relayout(int64_t owner, const EntryList& entries) {
     }
     start = end;
   }
+  layout.shape = shape_;  // what wants_layout() compares: owners and groups as laid out now
   return first;
 }
 
@@ -359,7 +370,11 @@ void GradRegistry::set_backward_passes_per_step(const EntryList& entries, int pa
 
 std::map<std::string, int64_t> GradRegistry::submissions() const {
   Lock lk(*this);
-  return submissions_;
+  std::map<std::string, int64_t> out = retired_submissions_;
+  for (const auto& [key, e] : by_wire_) {
+    if (e->submissions != 0) out[key.second] += e->submissions;
+  }
+  return out;
 }
 
 }  // namespace hvd::optim

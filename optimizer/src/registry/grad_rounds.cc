@@ -62,18 +62,22 @@ void GradRegistry::ensure_end_of_pass() {
   if (!end_of_pass_queued_ && fe_.defer_to_end_of_pass()) end_of_pass_queued_ = true;
 }
 
-void GradRegistry::open_pass(GradEntry& e, bool released, bool zeroed) {
-  e.open = true;
-  e.open_released = released;
-  e.open_zeroed = zeroed;
-  auto it = by_key_.find(e.key);
-  if (it != by_key_.end()) opened_.push_back(it->second);
+void GradRegistry::open_pass(const std::shared_ptr<GradEntry>& e, bool released, bool zeroed) {
+  e->open = true;
+  e->open_released = released;
+  e->open_zeroed = zeroed;
+  if (e->registered) opened_.push_back(e);
   ensure_end_of_pass();
 }
 
 void GradRegistry::close_open_passes() {
-  auto opened = std::move(opened_);
-  opened_.clear();
+  // Swapped with a list kept for it: both keep their capacity (no allocation per pass).
+  EntryList& opened = closing_;
+  opened.swap(opened_);
+  struct Clear {
+    EntryList& l;
+    ~Clear() { l.clear(); }
+  } clear{opened};
   for (const auto& e : opened) {
     if (!e->open) continue;  // its pass accumulated
     e->open = false;
@@ -189,7 +193,7 @@ Status GradRegistry::before_pass(const std::shared_ptr<GradEntry>& e) {
       e->aside = true;
       e->state = State::kAccumulating;
       e->passes = 0;
-      open_pass(*e, true, false);
+      open_pass(e, true, false);
       return Status();
     }
     discard(*e);  // zeroed or replaced meanwhile (module.zero_grad()): what came before is gone
@@ -200,7 +204,7 @@ Status GradRegistry::before_pass(const std::shared_ptr<GradEntry>& e) {
     const bool zeroed = e->zeroed;
     e->open_pending = e->pending;
     set_aside(*e);
-    open_pass(*e, false, zeroed);
+    open_pass(e, false, zeroed);
   }
   return Status();
 }
@@ -314,7 +318,7 @@ Status GradRegistry::submit(const EntryList& entries, const std::string& group_n
     m.drop = false;
     m.aside = zeros;
     ++m.rounds;
-    ++submissions_[m.wire];
+    ++m.submissions;
     if (zeros) continue;
     m.state = State::kInFlight;
     m.passes = 0;

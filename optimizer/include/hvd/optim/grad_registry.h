@@ -281,6 +281,8 @@ struct GradEntry {
   std::vector<int64_t> pending;       ///< owners that have not stepped on the reduced gradient
   uint64_t ready_stamp = 0;  ///< when it became ready since the last agreement (0: not yet)
   bool waiting = false;      ///< listed in the registry's waiting_
+  bool registered = false;   ///< in the registry's maps (false once removed)
+  int64_t submissions = 0;   ///< reductions submitted under `wire` (GradRegistry::submissions())
   std::string owner_labels() const;
 };
 
@@ -372,7 +374,7 @@ class GradRegistry {
   bool numbered_suffix(int32_t set, const std::string& w) const;
   void start_round(GradEntry& e);
   void set_aside(GradEntry& e);
-  void open_pass(GradEntry& e, bool released, bool zeroed);
+  void open_pass(const std::shared_ptr<GradEntry>& e, bool released, bool zeroed);
   void close_open_passes();
   void check_abandoned(bool outside_pass = false);
   void ensure_end_of_pass();
@@ -426,17 +428,22 @@ class GradRegistry {
   bool end_of_pass_queued_ = false;
   std::atomic<bool> pass_abandoned_{false};
   EntryList opened_;   ///< entries with `open` set
+  EntryList closing_;  ///< close_open_passes()'s list (opened_ swapped in)
   EntryList waiting_;  ///< ready while their name was busy: queued when it frees
   Status failed_;      ///< a reduction that failed while completed by a poll: synchronize() says
-  std::map<std::string, int64_t> submissions_;
+  std::map<std::string, int64_t> retired_submissions_;  ///< of removed entries, by wire name
   struct Layout {
     EntryList order;             ///< the bucketed entries, in layout order
     std::vector<bool> eligible;  ///< bucket_eligible() of the owner's entries then
     int order_relayouts = 0;
+    uint64_t shape = 0;  ///< shape_ when it was built
   };
   std::map<int64_t, Layout> layouts_;        ///< per owner (bucket views)
   std::map<int32_t, uint64_t> layout_gens_;  ///< layouts built per process set (bucket names)
   uint64_t ready_clock_ = 0;                 ///< ready_stamp source
+  /// Counts changes of owners and groups (registration, removal, a group made or dissolved): a
+  /// layout built at the current count needs no eligibility check (wants_layout()).
+  uint64_t shape_ = 1;
   std::atomic<std::thread::id> holder_{};    ///< the thread holding mu_
   std::vector<std::pair<int64_t, EntryList>> deferred_;  ///< removals asked for by holder_
   bool draining_ = false;
