@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "hvd/hvd.h"
@@ -189,6 +190,13 @@ class TorchGradParam : public GradParam {
   }
   /// The end of an in-place bucket reduction whose result is .grad as it is (finish_all()'s
   /// check): what finish() would leave, without a write.
+  /// The bucket's in-place reduction in flight still works on .grad (untouched(), at bucket
+  /// cost): .grad is the view and the views' shared version is `bucket_version` as at submission.
+  bool in_flight_in_place(int64_t bucket_version) const {
+    if (!wired_in_place_ || bucket_version != wired_version_) return false;
+    const torch::Tensor& g = param_.grad();
+    return g.defined() && g.is_same(view_);
+  }
   bool finished_in_place(int64_t bucket_version) {
     if (!wired_in_place_ || base_.defined() || bucket_version != wired_version_) return false;
     const torch::Tensor& g = param_.grad();
@@ -430,11 +438,29 @@ class TorchFrontend : public GradFrontend {
     // A bucket reduced in place whose every member's .grad is still its view, unwritten since
     // (the views share the flat buffer's version counter: one read for all): the result is
     // where it belongs, nothing is copied or added.
-    if (in_place_result(params, ok, uses)) {
-      for (GradParam* p : params) static_cast<TorchGradParam*>(p)->unwire();
+    if (ok && std::all_of(uses.begin(), uses.end(), [](Use u) { return u == Use::kGrad; }) &&
+        finish_bucket(params)) {
       return;
     }
     GradFrontend::finish_all(params, r, index, ok, uses);
+  }
+  bool bucket_untouched(const std::vector<GradParam*>& members) override {
+    if (members.size() < 2) return false;
+    const std::shared_ptr<TorchBucket>& b = static_cast<TorchGradParam*>(members[0])->bucket();
+    if (!b) return false;
+    const int64_t version = b->flat._version();
+    return std::all_of(members.begin(), members.end(), [&b, version](GradParam* p) {
+      auto* tp = static_cast<TorchGradParam*>(p);
+      return tp->bucket() == b && tp->in_flight_in_place(version);
+    });
+  }
+  bool finish_bucket(const std::vector<GradParam*>& members) override {
+    // Every member's .grad still its view, unwritten since (the views share the flat buffer's
+    // version counter: one read for all), nothing set aside: the result is where it belongs,
+    // nothing is copied or added.
+    if (!in_place_result(members)) return false;
+    for (GradParam* p : members) static_cast<TorchGradParam*>(p)->unwire();
+    return true;
   }
   Result<std::vector<int64_t>> agree(const std::string& name, const std::vector<int64_t>& values,
                                      int32_t process_set) override {
@@ -474,19 +500,17 @@ class TorchFrontend : public GradFrontend {
   std::function<void(const std::string&, const Handle&)> observer;
 
  private:
-  static bool in_place_result(const std::vector<GradParam*>& params, bool ok,
-                              const std::vector<Use>& uses) {
-    if (!ok || params.size() < 2) return false;
+  /// A bucket reduced in place (each of `params` reduced for its .grad) whose result is every
+  /// member's .grad as it is.
+  static bool in_place_result(const std::vector<GradParam*>& params) {
+    if (params.size() < 2) return false;
     const std::shared_ptr<TorchBucket>& b = static_cast<TorchGradParam*>(params[0])->bucket();
     if (!b) return false;
     const int64_t version = b->flat._version() - b->own_writes;
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto* tp = static_cast<TorchGradParam*>(params[i]);
-      if (uses[i] != Use::kGrad || tp->bucket() != b || !tp->finished_in_place(version)) {
-        return false;
-      }
-    }
-    return true;
+    return std::all_of(params.begin(), params.end(), [&b, version](GradParam* p) {
+      auto* tp = static_cast<TorchGradParam*>(p);
+      return tp->bucket() == b && tp->finished_in_place(version);
+    });
   }
 };
 

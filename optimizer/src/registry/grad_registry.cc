@@ -231,6 +231,7 @@ void GradRegistry::dissolve(std::shared_ptr<GradEntry::Group> g) {  // a copy: m
   ++shape_;
   auto members = std::move(g->members);
   g->members.clear();
+  g->params.clear();
   for (const auto& m : members) {
     m->group.reset();
     if (g->bucket) m->param->leave_bucket();
@@ -337,6 +338,7 @@ Status GradRegistry::relayout(int64_t owner, const EntryList& entries) {
     }
     Status s = fe_.make_bucket(params, g->name, settings);
     if (s.ok()) {
+      g->params = std::move(params);
       for (const auto& e : g->members) {
         e->group = g;
         layout.order.push_back(e);

@@ -29,6 +29,19 @@ void for_unit(const std::shared_ptr<GradEntry>& e, Fn&& fn) {
   for (const auto& m : e->group->members) fn(m);
 }
 
+/// `es` is the whole of a bucket's membership, in order, each reduced for its .grad (not aside,
+/// not dropped): what GradFrontend::finish_bucket() can finish at once.
+bool whole_bucket_on_grad(const std::vector<GradEntry*>& es) {
+  const auto& g = es.front()->group;
+  if (es.size() < 2 || !g || !g->bucket || g->members.size() != es.size() ||
+      g->params.size() != es.size())
+    return false;
+  for (size_t i = 0; i < es.size(); ++i) {
+    if (es[i] != g->members[i].get() || es[i]->aside || es[i]->drop) return false;
+  }
+  return true;
+}
+
 /// Minima travel as kFlip - v in the same maximum: positive, so that a rank that joined (hvd
 /// join(): zeros in every allreduce) changes neither the maxima nor the minima.
 constexpr int64_t kFlip = int64_t{1} << 62;
@@ -50,6 +63,7 @@ void GradRegistry::start_round(GradEntry& e) {
 }
 
 void GradRegistry::set_aside(GradEntry& e) {
+  e.settled = false;
   if (!e.zeroed) e.param->stash();
   e.param->reattach();  // a bucket view: the pass accumulates into it
   e.zeroed = false;
@@ -119,6 +133,16 @@ void GradRegistry::complete(GradEntry& e, bool ok) { complete_all({&e}, ok); }
 
 void GradRegistry::complete_all(const std::vector<GradEntry*>& es, bool ok) {
   if (es.empty()) return;
+  if (ok && whole_bucket_on_grad(es) && fe_.finish_bucket(es.front()->group->params)) {
+    // The result is where it belongs (every .grad a view of the reduced buffer): no per-member
+    // frontend call, and nothing to settle.
+    for (GradEntry* e : es) {
+      e->reduction.reset();
+      after_finish(*e, true, Use::kGrad);
+      e->settled = true;
+    }
+    return;
+  }
   const std::shared_ptr<GradReduction> r = es.front()->reduction;  // the same for every one
   std::vector<GradParam*> params;
   std::vector<size_t> index;
@@ -137,7 +161,10 @@ void GradRegistry::complete_all(const std::vector<GradEntry*>& es, bool ok) {
   } else {
     fe_.finish_all(params, *r, index, ok, uses);
   }
-  for (size_t i = 0; i < es.size(); ++i) after_finish(*es[i], ok, uses[i]);
+  for (size_t i = 0; i < es.size(); ++i) {
+    es[i]->settled = false;
+    after_finish(*es[i], ok, uses[i]);
+  }
 }
 
 void GradRegistry::after_finish(GradEntry& e, bool ok, Use use) {
@@ -170,6 +197,16 @@ void GradRegistry::poll(GradEntry& e) {
     if (m->reduction == r) done.push_back(m.get());
   });
   complete_all(done, s.ok());
+}
+
+bool GradRegistry::bucket_untouched(const GradEntry::Group& g) {
+  if (!g.bucket || g.members.size() < 2 || g.params.size() != g.members.size()) return false;
+  const GradReduction* r = g.members.front()->reduction.get();
+  if (r == nullptr) return false;
+  for (const auto& m : g.members) {
+    if (m->reduction.get() != r || m->state != State::kInFlight || m->aside || m->drop) return false;
+  }
+  return fe_.bucket_untouched(g.params);
 }
 
 bool GradRegistry::group_ready(const GradEntry::Group& g) const {
@@ -295,6 +332,7 @@ Status GradRegistry::flush() {
 
 Status GradRegistry::submit(const EntryList& entries, const std::string& group_name, bool zeros) {
   std::vector<GradParam*> params;
+  params.reserve(entries.size());
   for (const auto& m : entries) params.push_back(m->param.get());
   const bool grouped = !group_name.empty();
   const std::string& name = grouped ? group_name : entries.front()->wire;
@@ -494,9 +532,13 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
       units.push_back({nullptr, {e}, std::string(), false});
     }
   }
+  std::vector<GradEntry*> busy;
+  std::vector<GradParam*> busy_params;
+  busy.reserve(entries.size());
+  busy_params.reserve(entries.size());
   for (auto& u : units) {
-    std::vector<GradEntry*> busy;
-    std::vector<GradParam*> busy_params;
+    busy.clear();
+    busy_params.clear();
     // Poll every reduction of the unit first: a poll completes the mates sharing it too, so a
     // member found busy before a later member's poll may be done after it. Mates sharing the
     // one just polled (a bucket's) are not polled again.
@@ -506,6 +548,8 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
       polled = m->reduction.get();
       poll(*m);
     }
+    // A bucket in flight on every member's .grad, untouched: nothing to drop, nothing to fill.
+    if (u.group && bucket_untouched(*u.group)) continue;
     for (const auto& m : u.members()) {
       if (m->reduction && !m->aside) {
         busy.push_back(m.get());
@@ -577,7 +621,7 @@ Status GradRegistry::synchronize(int64_t owner, const EntryList& entries) {
   std::vector<GradParam*> clean;
   clean.reserve(entries.size());
   for (const auto& e : entries) {
-    if (e->state == State::kClean) clean.push_back(e->param.get());
+    if (e->state == State::kClean && !e->settled) clean.push_back(e->param.get());
     e->rounds = 0;
     e->discarded = 0;
   }

@@ -251,44 +251,65 @@ class GradFrontend {
       bool zeros) {
     return submit(members, name, true, s, zeros);
   }
+  /// A bucket's reduction, submitted in place (of its buffer, not of zeros or a 16-bit copy),
+  /// still works on every member's .grad: each is its view, and nobody wrote to the buffer since.
+  /// One answer for all members (untouched_all() of each, at bucket cost). false: not known (the
+  /// registry asks member by member).
+  virtual bool bucket_untouched(const std::vector<GradParam*>& members) {
+    (void)members;
+    return false;
+  }
+  /// The end of a bucket's in-place reduction (ok) when its result is already every member's
+  /// .grad (bucket_untouched(), and nothing set aside): forgets the reduction, writes nothing, and
+  /// returns true. false: nothing was done (the registry finishes member by member).
+  virtual bool finish_bucket(const std::vector<GradParam*>& members) {
+    (void)members;
+    return false;
+  }
 };
 
 /// One registered parameter. Registry-owned: frontends read `name` and `wire`, nothing else.
 struct GradEntry {
   enum class State { kClean, kAccumulating, kQueued, kInFlight };
   struct Group;
-  uint64_t key = 0;
-  std::unique_ptr<GradParam> param;
-  std::string name;                                     ///< the first name given (or "param.<n>")
-  std::string wire;                                     ///< the reduction's name: "grad.<name>[#k]"
-  uint64_t wire_hash = 0;                               ///< FNV-1a of wire (the agreement's)
-  std::vector<std::pair<int64_t, std::string>> owners;  ///< (owner id, label)
-  ReduceSettings settings;
-  std::shared_ptr<Group> group;
+  // What hooks and steps read (first, together: a step of a 1,024-member bucket walks every
+  // member, and each member's few cache lines are what it costs).
   State state = State::kClean;
   int passes = 0;
   bool zeroed = false;  ///< zero_grad() of an owner since the last pass: nothing to set aside
-  std::shared_ptr<GradReduction> reduction;  ///< the one in flight (its name is busy)
-  size_t slot = 0;                           ///< index in a grouped reduction
-  bool aside = false;          ///< `reduction` no longer reduces .grad (a later pass released it)
-  bool drop = false;           ///< `reduction`'s result is dropped (the gradient was zeroed)
-  int64_t rounds = 0;          ///< reductions started since the last agreement
-  int64_t discarded = 0;       ///< how many of those were dropped
-  bool open = false;           ///< a pre-hook set .grad aside and its pass has not accumulated yet
+  bool aside = false;   ///< `reduction` no longer reduces .grad (a later pass released it)
+  bool drop = false;    ///< `reduction`'s result is dropped (the gradient was zeroed)
+  bool open = false;    ///< a pre-hook set .grad aside and its pass has not accumulated yet
   bool open_released = false;  ///< ... by release() (else by stash())
   bool open_zeroed = false;    ///< `zeroed` before that pre-hook
-  std::vector<int64_t> open_pending;  ///< `pending` before that pre-hook
-  std::vector<int64_t> pending;       ///< owners that have not stepped on the reduced gradient
-  uint64_t ready_stamp = 0;  ///< when it became ready since the last agreement (0: not yet)
-  bool waiting = false;      ///< listed in the registry's waiting_
-  bool registered = false;   ///< in the registry's maps (false once removed)
-  int64_t submissions = 0;   ///< reductions submitted under `wire` (GradRegistry::submissions())
+  bool waiting = false;        ///< listed in the registry's waiting_
+  bool registered = false;     ///< in the registry's maps (false once removed)
+  /// Finished by GradFrontend::finish_bucket() and nothing set aside since: no settle() needed.
+  bool settled = false;
+  size_t slot = 0;             ///< index in a grouped reduction
+  int64_t rounds = 0;          ///< reductions started since the last agreement
+  int64_t discarded = 0;       ///< how many of those were dropped
+  uint64_t ready_stamp = 0;    ///< when it became ready since the last agreement (0: not yet)
+  uint64_t wire_hash = 0;      ///< FNV-1a of wire (the agreement's)
+  int64_t submissions = 0;     ///< reductions submitted under `wire` (GradRegistry::submissions())
+  std::shared_ptr<GradReduction> reduction;  ///< the one in flight (its name is busy)
+  std::shared_ptr<Group> group;
+  std::unique_ptr<GradParam> param;
+  std::vector<int64_t> pending;  ///< owners that have not stepped on the reduced gradient
+  ReduceSettings settings;
+  // Read at registration, layout and in errors.
+  uint64_t key = 0;
+  std::string name;                                     ///< the first name given (or "param.<n>")
+  std::string wire;                                     ///< the reduction's name: "grad.<name>[#k]"
+  std::vector<std::pair<int64_t, std::string>> owners;  ///< (owner id, label)
+  std::vector<int64_t> open_pending;                    ///< `pending` before that pre-hook
   std::string owner_labels() const;
 };
 
 struct GradEntry::Group {
   std::string name;
   std::vector<std::shared_ptr<GradEntry>> members;
+  std::vector<GradParam*> params;  ///< a bucket's: its members' params, in order
   bool bucket = false;   ///< a bucket of views (submit_bucket), else a user group (grouped submit)
   bool waiting = false;  ///< a member is listed in the registry's waiting_ (one is enough)
 };
@@ -391,6 +412,7 @@ class GradRegistry {
   Status flush();
   Status submit(const EntryList& entries, const std::string& group_name, bool zeros = false);
   bool group_ready(const GradEntry::Group& g) const;
+  bool bucket_untouched(const GradEntry::Group& g);
   /// Exchanges the planned reduction counts per unit (entries[i] is in unit unit_index[i];
   /// `wants`, one per unit, replaced by the maxima) and checks that every rank dropped as many of
   /// each entry (the lock stays held: the counts must not move). One allreduce of O(units)
