@@ -204,7 +204,7 @@ void GradRegistry::remove_locked(Lock& lk, int64_t owner, const EntryList& entri
     if (it == by_key_.end() || it->second != e) continue;  // removed already
     if (e->state == GradEntry::State::kInFlight) {
       // The gradient must outlive its reduction.
-      (void)wait_and_finish(lk, {{e, e->reduction}});
+      (void)wait_and_finish(lk, {{e, nullptr, e->reduction}});
     }
     for (auto q = queued_.begin(); q != queued_.end();) {
       if (std::find(q->first.begin(), q->first.end(), e) == q->first.end()) {
@@ -229,10 +229,9 @@ void GradRegistry::remove_locked(Lock& lk, int64_t owner, const EntryList& entri
 
 void GradRegistry::dissolve(std::shared_ptr<GradEntry::Group> g) {  // a copy: members reset theirs
   ++shape_;
-  auto members = std::move(g->members);
-  g->members.clear();
+  // Its member list stays as it was: a wait listed before (Wait::unit) completes those members.
   g->params.clear();
-  for (const auto& m : members) {
+  for (const auto& m : g->members) {
     m->group.reset();
     if (g->bucket) m->param->leave_bucket();
   }

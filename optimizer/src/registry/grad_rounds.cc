@@ -367,21 +367,29 @@ Status GradRegistry::submit(const EntryList& entries, const std::string& group_n
 
 GradRegistry::Waits GradRegistry::in_flight(const EntryList& entries) const {
   // `entries` are distinct, and an entry is in one group at most: listing each group once lists
-  // each entry once. A bucket's members come one after another: only a change of group is
-  // looked up.
+  // each entry once. A group's members share one reduction (a bucket's, a grouped one) unless
+  // some went aside: one wait per distinct reduction of the unit, not one per member. A bucket's
+  // members come one after another: only a change of group is looked up.
   Waits waits;
-  waits.reserve(entries.size());
   std::unordered_set<const GradEntry::Group*> groups;
   const GradEntry::Group* last = nullptr;
   for (const auto& e : entries) {
-    if (e->group) {
-      if (e->group.get() == last) continue;
-      last = e->group.get();
-      if (!groups.insert(last).second) continue;  // its unit is listed
+    if (!e->group) {
+      if (e->reduction) waits.push_back({e, nullptr, e->reduction});
+      continue;
     }
-    for_unit(e, [&](const std::shared_ptr<GradEntry>& m) {  // group mates complete with it
-      if (m->reduction) waits.emplace_back(m, m->reduction);
-    });
+    if (e->group.get() == last) continue;
+    last = e->group.get();
+    if (!groups.insert(last).second) continue;  // its unit is listed
+    const size_t first = waits.size();
+    for (const auto& m : e->group->members) {
+      if (!m->reduction) continue;
+      bool listed = false;
+      for (size_t i = first; i < waits.size() && !listed; ++i) {
+        listed = waits[i].reduction == m->reduction;
+      }
+      if (!listed) waits.push_back({m, e->group, m->reduction});
+    }
   }
   return waits;
 }
@@ -389,33 +397,32 @@ GradRegistry::Waits GradRegistry::in_flight(const EntryList& entries) const {
 Status GradRegistry::wait_and_finish(Lock& lk, const Waits& waits) {
   lk.unlock();
   Status first_error;
-  // Mates of one reduction are listed one after the other (in_flight()): one status per run
-  // (a bucket of 1,024 members is one wait, one status). A reduction listed again later, not
-  // next to its mates, is waited once: `waited` finds its first run.
-  std::vector<std::pair<size_t, Status>> runs;  // each run's end in `waits`, and its status
+  // A reduction listed twice (an entry alone, and later in its group) is waited once.
+  std::vector<Status> status;
+  status.reserve(waits.size());
   std::unordered_map<const GradReduction*, size_t> waited;
-  for (size_t i = 0; i < waits.size();) {
-    const GradReduction* r = waits[i].second.get();
-    size_t j = i + 1;
-    while (j < waits.size() && waits[j].second.get() == r) ++j;
-    auto [it, first] = waited.emplace(r, runs.size());
-    Status s = first ? waits[i].second->wait() : runs[it->second].second;
+  for (const auto& w : waits) {
+    auto [it, first] = waited.emplace(w.reduction.get(), status.size());
+    Status s = first ? w.reduction->wait() : status[it->second];
     if (!s.ok() && first_error.ok()) first_error = s;
-    runs.emplace_back(j, std::move(s));
-    i = j;
+    status.push_back(std::move(s));
   }
   lk.relock();
   std::vector<GradEntry*> batch;
-  batch.reserve(waits.size());
-  size_t i = 0;
-  for (const auto& [end, status] : runs) {
-    const GradReduction* r = waits[i].second.get();
+  for (size_t i = 0; i < waits.size(); ++i) {
+    const Wait& w = waits[i];
+    const GradReduction* r = w.reduction.get();
     batch.clear();
-    for (; i < end; ++i) {
-      GradEntry& e = *waits[i].first;
-      if (e.reduction.get() == r) batch.push_back(&e);  // else done already
+    if (w.unit) {
+      // The members as listed (a group dissolved meanwhile keeps its list), each still on it.
+      batch.reserve(w.unit->members.size());
+      for (const auto& m : w.unit->members) {
+        if (m->reduction.get() == r) batch.push_back(m.get());  // else done already
+      }
+    } else if (w.entry->reduction.get() == r) {
+      batch.push_back(w.entry.get());
     }
-    complete_all(batch, status.ok());
+    complete_all(batch, status[i].ok());
   }
   return first_error;
 }

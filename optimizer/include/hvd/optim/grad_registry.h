@@ -379,7 +379,14 @@ class GradRegistry {
 
  private:
   class Lock;
-  using Waits = std::vector<std::pair<std::shared_ptr<GradEntry>, std::shared_ptr<GradReduction>>>;
+  /// A reduction to wait for, and what it completes: `entry`, or with `unit` set, each member of
+  /// that group (as listed then) still on it. A bucket of 1,024 members is one of these.
+  struct Wait {
+    std::shared_ptr<GradEntry> entry;
+    std::shared_ptr<GradEntry::Group> unit;
+    std::shared_ptr<GradReduction> reduction;
+  };
+  using Waits = std::vector<Wait>;
   Status validate(const std::string& label, const std::vector<ParamSpec>& params,
                   const ReduceSettings& settings,
                   const std::vector<std::vector<size_t>>& groups) const;
