@@ -88,6 +88,39 @@ class PyGradParam : public GradParam {
     }
   }
   const pyb::object& slot() const { return slot_; }
+  /// The bucket's in-place reduction `bucket` in flight still works on .grad: slot.inflight is
+  /// it, slot.wired is the view and param.grad is the view (hvd.torch._grad_registry._on_view,
+  /// without a Python frame); with `bare`, also nothing set aside (slot.base is None).
+  bool on_view(PyObject* bucket, bool bare) const {
+    static PyObject* const inflight = PyUnicode_InternFromString("inflight");
+    static PyObject* const wired = PyUnicode_InternFromString("wired");
+    static PyObject* const base = PyUnicode_InternFromString("base");
+    if (!in_bucket_ || !view_) return false;
+    auto is = [this](PyObject* name, PyObject* want) {
+      PyObject* v = PyObject_GetAttr(slot_.ptr(), name);
+      if (v == nullptr) {
+        PyErr_Clear();
+        return false;
+      }
+      const bool same = v == want;
+      Py_DECREF(v);
+      return same;
+    };
+    return is(inflight, bucket) && is(wired, view_.ptr()) && (!bare || is(base, Py_None)) &&
+           grad_is_view();
+  }
+  /// Forgets the finished flight (wired, wire, ctx, taken, inflight: None), as _finish_all does
+  /// for a member whose result is its .grad already.
+  bool forget_flight() const {
+    static PyObject* const names[] = {
+        PyUnicode_InternFromString("wired"), PyUnicode_InternFromString("wire"),
+        PyUnicode_InternFromString("ctx"), PyUnicode_InternFromString("taken"),
+        PyUnicode_InternFromString("inflight")};
+    for (PyObject* n : names) {
+      if (PyObject_SetAttr(slot_.ptr(), n, Py_None) != 0) return false;
+    }
+    return true;
+  }
 
  private:
   /// Hooks and stashes cannot fail in a way the registry could repair: a Python error here is
@@ -221,6 +254,40 @@ class PyFrontend : public optim::GradFrontend {
     }
     return out;
   }
+  bool bucket_untouched(const std::vector<GradParam*>& members) override {
+    try {
+      pyb::object bucket = intact_bucket(members);
+      if (!bucket) return false;
+      for (GradParam* p : members) {
+        if (!static_cast<PyGradParam*>(p)->on_view(bucket.ptr(), false)) return false;
+      }
+      return true;
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable("bucket_untouched");  // false: asked member by member
+      return false;
+    }
+  }
+  bool finish_bucket(const std::vector<GradParam*>& members) override {
+    try {
+      pyb::object bucket = intact_bucket(members);
+      if (!bucket) return false;
+      for (GradParam* p : members) {
+        if (!static_cast<PyGradParam*>(p)->on_view(bucket.ptr(), true)) return false;
+      }
+      // Every member's result is its .grad: each forgets the flight, the bucket its wire.
+      for (GradParam* p : members) {
+        if (!static_cast<PyGradParam*>(p)->forget_flight()) throw pyb::error_already_set();
+      }
+      const auto pending = bucket.attr("pending").cast<int64_t>() -
+                           static_cast<int64_t>(members.size());
+      bucket.attr("pending") = pending;
+      if (pending == 0) bucket.attr("wire") = pyb::none();
+      return true;
+    } catch (pyb::error_already_set& e) {
+      e.discard_as_unraisable("finish_bucket");
+      return false;
+    }
+  }
   void drop_stash_all(const std::vector<GradParam*>& params) override {
     call_all(py_drop_stash_all, params, "drop_stash_all");
   }
@@ -253,6 +320,17 @@ class PyFrontend : public optim::GradFrontend {
       py_settle_all, py_drop_stash_all, py_untouched_all;
 
  private:
+  /// The _Bucket whose in-place reduction the members' first slot has in flight, when nobody
+  /// wrote to its buffer since (hvd.torch._grad_registry._intact); else null.
+  pyb::object intact_bucket(const std::vector<GradParam*>& members) {
+    if (members.size() < 2) return pyb::object();
+    pyb::object bucket = static_cast<PyGradParam*>(members[0])->slot().attr("inflight");
+    if (bucket.is_none()) return pyb::object();
+    if (!py_intact) py_intact = pyb::module_::import("hvd.torch._grad_registry").attr("_intact");
+    return py_intact(bucket).cast<bool>() ? bucket : pyb::object();
+  }
+  pyb::object py_intact;
+
   /// fn(slots of `params`), unless there are none; a Python error is reported, not raised.
   static void call_all(const pyb::object& fn, const std::vector<GradParam*>& params,
                        const char* what) {
