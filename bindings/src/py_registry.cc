@@ -278,8 +278,8 @@ class PyFrontend : public optim::GradFrontend {
       for (GradParam* p : members) {
         if (!static_cast<PyGradParam*>(p)->forget_flight()) throw pyb::error_already_set();
       }
-      const auto pending = bucket.attr("pending").cast<int64_t>() -
-                           static_cast<int64_t>(members.size());
+      const auto pending =
+          bucket.attr("pending").cast<int64_t>() - static_cast<int64_t>(members.size());
       bucket.attr("pending") = pending;
       if (pending == 0) bucket.attr("wire") = pyb::none();
       return true;

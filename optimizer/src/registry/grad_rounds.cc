@@ -204,7 +204,8 @@ bool GradRegistry::bucket_untouched(const GradEntry::Group& g) {
   const GradReduction* r = g.members.front()->reduction.get();
   if (r == nullptr) return false;
   for (const auto& m : g.members) {
-    if (m->reduction.get() != r || m->state != State::kInFlight || m->aside || m->drop) return false;
+    if (m->reduction.get() != r || m->state != State::kInFlight || m->aside || m->drop)
+      return false;
   }
   return fe_.bucket_untouched(g.params);
 }

@@ -286,12 +286,12 @@ struct GradEntry {
   bool registered = false;     ///< in the registry's maps (false once removed)
   /// Finished by GradFrontend::finish_bucket() and nothing set aside since: no settle() needed.
   bool settled = false;
-  size_t slot = 0;             ///< index in a grouped reduction
-  int64_t rounds = 0;          ///< reductions started since the last agreement
-  int64_t discarded = 0;       ///< how many of those were dropped
-  uint64_t ready_stamp = 0;    ///< when it became ready since the last agreement (0: not yet)
-  uint64_t wire_hash = 0;      ///< FNV-1a of wire (the agreement's)
-  int64_t submissions = 0;     ///< reductions submitted under `wire` (GradRegistry::submissions())
+  size_t slot = 0;           ///< index in a grouped reduction
+  int64_t rounds = 0;        ///< reductions started since the last agreement
+  int64_t discarded = 0;     ///< how many of those were dropped
+  uint64_t ready_stamp = 0;  ///< when it became ready since the last agreement (0: not yet)
+  uint64_t wire_hash = 0;    ///< FNV-1a of wire (the agreement's)
+  int64_t submissions = 0;   ///< reductions submitted under `wire` (GradRegistry::submissions())
   std::shared_ptr<GradReduction> reduction;  ///< the one in flight (its name is busy)
   std::shared_ptr<Group> group;
   std::unique_ptr<GradParam> param;
@@ -473,7 +473,7 @@ class GradRegistry {
   /// Counts changes of owners and groups (registration, removal, a group made or dissolved): a
   /// layout built at the current count needs no eligibility check (wants_layout()).
   uint64_t shape_ = 1;
-  std::atomic<std::thread::id> holder_{};    ///< the thread holding mu_
+  std::atomic<std::thread::id> holder_{};                ///< the thread holding mu_
   std::vector<std::pair<int64_t, EntryList>> deferred_;  ///< removals asked for by holder_
   bool draining_ = false;
 };
