@@ -256,12 +256,7 @@ class PyFrontend : public optim::GradFrontend {
   }
   bool bucket_untouched(const std::vector<GradParam*>& members) override {
     try {
-      pyb::object bucket = intact_bucket(members);
-      if (!bucket) return false;
-      for (GradParam* p : members) {
-        if (!static_cast<PyGradParam*>(p)->on_view(bucket.ptr(), false)) return false;
-      }
-      return true;
+      return static_cast<bool>(bucket_on_views(members, false));
     } catch (pyb::error_already_set& e) {
       e.discard_as_unraisable("bucket_untouched");  // false: asked member by member
       return false;
@@ -269,11 +264,8 @@ class PyFrontend : public optim::GradFrontend {
   }
   bool finish_bucket(const std::vector<GradParam*>& members) override {
     try {
-      pyb::object bucket = intact_bucket(members);
+      pyb::object bucket = bucket_on_views(members, true);
       if (!bucket) return false;
-      for (GradParam* p : members) {
-        if (!static_cast<PyGradParam*>(p)->on_view(bucket.ptr(), true)) return false;
-      }
       // Every member's result is its .grad: each forgets the flight, the bucket its wire.
       for (GradParam* p : members) {
         if (!static_cast<PyGradParam*>(p)->forget_flight()) throw pyb::error_already_set();
@@ -330,6 +322,15 @@ class PyFrontend : public optim::GradFrontend {
     return py_intact(bucket).cast<bool>() ? bucket : pyb::object();
   }
   pyb::object py_intact;
+  /// intact_bucket(), when every member is on its view (PyGradParam::on_view); else null.
+  pyb::object bucket_on_views(const std::vector<GradParam*>& members, bool bare) {
+    pyb::object bucket = intact_bucket(members);
+    if (!bucket) return bucket;
+    for (GradParam* p : members) {
+      if (!static_cast<PyGradParam*>(p)->on_view(bucket.ptr(), bare)) return pyb::object();
+    }
+    return bucket;
+  }
 
   /// fn(slots of `params`), unless there are none; a Python error is reported, not raised.
   static void call_all(const pyb::object& fn, const std::vector<GradParam*>& params,
