@@ -96,18 +96,9 @@ class PyGradParam : public GradParam {
     static PyObject* const wired = PyUnicode_InternFromString("wired");
     static PyObject* const base = PyUnicode_InternFromString("base");
     if (!in_bucket_ || !view_) return false;
-    auto is = [this](PyObject* name, PyObject* want) {
-      PyObject* v = PyObject_GetAttr(slot_.ptr(), name);
-      if (v == nullptr) {
-        PyErr_Clear();
-        return false;
-      }
-      const bool same = v == want;
-      Py_DECREF(v);
-      return same;
-    };
-    return is(inflight, bucket) && is(wired, view_.ptr()) && (!bare || is(base, Py_None)) &&
-           grad_is_view();
+    PyObject* slot = slot_.ptr();
+    return attr_is(slot, inflight, bucket) && attr_is(slot, wired, view_.ptr()) &&
+           (!bare || attr_is(slot, base, Py_None)) && grad_is_view();
   }
   /// Forgets the finished flight (wired, wire, ctx, taken, inflight: None), as _finish_all does
   /// for a member whose result is its .grad already.
@@ -132,18 +123,22 @@ class PyGradParam : public GradParam {
       e.discard_as_unraisable(method);
     }
   }
-  /// param.grad is this parameter's view (one attribute read, no Python frame).
-  bool grad_is_view() const {
-    if (!param_ || !view_) return false;
-    static PyObject* const grad = PyUnicode_InternFromString("grad");
-    PyObject* g = PyObject_GetAttr(param_.ptr(), grad);
-    if (g == nullptr) {
+  /// obj.<name> is `want` (one attribute read, no Python frame; an error reads as false).
+  static bool attr_is(PyObject* obj, PyObject* name, PyObject* want) {
+    PyObject* v = PyObject_GetAttr(obj, name);
+    if (v == nullptr) {
       PyErr_Clear();
       return false;
     }
-    const bool same = g == view_.ptr();
-    Py_DECREF(g);
+    const bool same = v == want;
+    Py_DECREF(v);
     return same;
+  }
+  /// param.grad is this parameter's view.
+  bool grad_is_view() const {
+    if (!param_ || !view_) return false;
+    static PyObject* const grad = PyUnicode_InternFromString("grad");
+    return attr_is(param_.ptr(), grad, view_.ptr());
   }
   pyb::object slot_;
   size_t nbytes_;
