@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
                         {16, 1 << 20, "16x1Mi", hvd::ReduceOp::kSum},
                         {1024, 256, "1024x256", hvd::ReduceOp::kSum},
                         {1, 1 << 20, "1x1Mi:avg", hvd::ReduceOp::kAverage},
+                        {1, 256 << 10, "1x256Ki", hvd::ReduceOp::kSum},
+                        {1, 256 << 10, "1x256Ki:avg", hvd::ReduceOp::kAverage},
                         {16, 1 << 20, "16x1Mi:avg", hvd::ReduceOp::kAverage}};
   if (rank == 0 && only != "adasum") {
     std::printf(

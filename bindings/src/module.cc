@@ -14,6 +14,7 @@
 #include <new>
 #include <optional>
 
+#include "hvd/core/host_buffer.h"
 #include "hvd/hvd.h"
 #include "hvd/mpi.h"
 #include "py_collectives.h"
@@ -182,6 +183,19 @@ void set_error(const hvd::Error& e) {
   PyErr_SetString(type, e.what());
 }
 
+// hvd.torch's gradient buckets: core::HostBuffer memory (huge pages) that torch.frombuffer
+// views; the tensor keeps the object, so the mapping lives as long as the tensor.
+void bind_host_buffer(pyb::module_& m) {
+  pyb::class_<hvd::core::HostBuffer>(m, "HostBuffer", pyb::buffer_protocol())
+      .def(pyb::init([](size_t bytes) { return std::make_unique<hvd::core::HostBuffer>(bytes); }),
+           pyb::arg("bytes"))
+      .def("__len__", &hvd::core::HostBuffer::size)
+      .def_buffer([](hvd::core::HostBuffer& b) {
+        return pyb::buffer_info(b.data(), 1, pyb::format_descriptor<uint8_t>::format(),
+                                static_cast<pyb::ssize_t>(b.size()));
+      });
+}
+
 }  // namespace
 
 void raise_python_error(std::exception_ptr p) {
@@ -247,6 +261,7 @@ PYBIND11_MODULE(_core, m) {
   });
   bind_lifecycle(m);
   bind_process_sets(m);
+  bind_host_buffer(m);
   bind_handle(m);
   bind_collectives(m);
   bind_registry(m);

@@ -33,6 +33,7 @@ const Var kTimelineAll{"HVD_TIMELINE_ALL_RANKS", nullptr};
 const Var kTimelineCycles{"HVD_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES"};
 const Var kHostname{"HVD_HOSTNAME", "HOROVOD_HOSTNAME"};
 const Var kHierarchical{"HVD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"};
+const Var kHugePages{"HVD_HUGE_PAGES", nullptr};
 // Variables other parts of hvd read through their own layers (the launcher's test hosts, the
 // soak test, elastic mode's Python layer, rank wrapper and ElasticConfig, set by hvdrun --min-np),
 // and two test-only ones: the fault hook HVD_TEST_FAULT (ops/src/nccl) and the MPI test harness's
@@ -146,6 +147,7 @@ Result<Config> Config::from_env(const Lookup& lookup, const std::vector<std::str
   HVD_RETURN_IF_ERROR(r.boolean(kHierarchical, &c.hierarchical_allreduce));
   HVD_RETURN_IF_ERROR(r.boolean(kTimelineAll, &c.timeline_all_ranks));
   HVD_RETURN_IF_ERROR(r.boolean(kTimelineCycles, &c.timeline_mark_cycles));
+  HVD_RETURN_IF_ERROR(r.boolean(kHugePages, &c.huge_pages));
   if (auto kv = r.get(kTimeline)) c.timeline = kv->first;
   if (auto kv = r.get(kHostname)) c.hostname = kv->first;
   if (c.cache_capacity > (1 << 20)) {
@@ -154,9 +156,9 @@ Result<Config> Config::from_env(const Lookup& lookup, const std::vector<std::str
   }
   if (unknown) {
     std::set<std::string> known;
-    for (const Var* v :
-         {&kFusion, &kDirect, &kCycle, &kCache, &kLog, &kStall, &kStallShutdown, &kStallDisable,
-          &kMonitor, &kTimeline, &kTimelineAll, &kTimelineCycles, &kHostname, &kHierarchical}) {
+    for (const Var* v : {&kFusion, &kDirect, &kCycle, &kCache, &kLog, &kStall, &kStallShutdown,
+                         &kStallDisable, &kMonitor, &kTimeline, &kTimelineAll, &kTimelineCycles,
+                         &kHostname, &kHierarchical, &kHugePages}) {
       known.insert(v->hvd);
     }
     for (const char* n : kOtherKnown) known.insert(n);
@@ -210,7 +212,8 @@ std::string Config::dump() const {
     << "HVD_TIMELINE=" << timeline << "\n"
     << "HVD_TIMELINE_ALL_RANKS=" << (timeline_all_ranks ? 1 : 0) << "\n"
     << "HVD_TIMELINE_MARK_CYCLES=" << (timeline_mark_cycles ? 1 : 0) << "\n"
-    << "HVD_HIERARCHICAL_ALLREDUCE=" << (hierarchical_allreduce ? 1 : 0) << "\n";
+    << "HVD_HIERARCHICAL_ALLREDUCE=" << (hierarchical_allreduce ? 1 : 0) << "\n"
+    << "HVD_HUGE_PAGES=" << (huge_pages ? 1 : 0) << "\n";
   return o.str();
 }
 

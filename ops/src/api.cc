@@ -14,6 +14,7 @@
 #include "api_internal.h"
 #include "api_job.h"
 #include "hvd/core/elastic_config.h"
+#include "hvd/core/host_buffer.h"
 #include "hvd/core/logging.h"
 #include "hvd/core/runtime.h"
 #include "hvd/core/validation.h"
@@ -195,6 +196,7 @@ Status init_locked(Global& s, const detail::JobSpec& job) {
   auto cfg = core::Config::from_process_env(&unknown);
   if (!cfg.ok()) return cfg.status();
   core::set_log_level(cfg.value().log_level);
+  core::HostBuffer::set_huge_pages(cfg.value().huge_pages);
 
   Topology t;
   int provided = MPI_THREAD_SINGLE;

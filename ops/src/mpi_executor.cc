@@ -53,8 +53,7 @@ Status MpiExecutor::launch(const Response& r, const std::vector<TensorEntry*>& e
   if (abandoned_) {
     abandoned_ = false;
     for (auto* b : {&fusion_, &gather_}) {
-      keep_forever(std::make_shared<std::vector<uint8_t>>(std::move(*b)));
-      *b = std::vector<uint8_t>();
+      keep_forever(std::make_shared<core::HostBuffer>(std::move(*b)));
     }
     *pending = std::make_shared<AbandonedTransfers>(
         s.ok() ? internal_error(std::string(core::op_name(r.op)) +
@@ -65,22 +64,22 @@ Status MpiExecutor::launch(const Response& r, const std::vector<TensorEntry*>& e
 }
 
 uint8_t* MpiExecutor::fusion_buffer(size_t bytes) {
-  if (bytes > kFusedSlice) last_large_ = std::chrono::steady_clock::now();
-  if (fusion_.size() < bytes) fusion_.resize(bytes);
+  if (bytes > kKeptBytes) last_large_ = std::chrono::steady_clock::now();
+  fusion_.grow(bytes, kKeptBytes);
   return fusion_.data();
 }
 
 uint8_t* MpiExecutor::gather_buffer(size_t bytes) {
-  if (bytes > kFusedSlice) last_large_ = std::chrono::steady_clock::now();
-  if (gather_.size() < bytes) gather_.resize(bytes);
+  if (bytes > kKeptBytes) last_large_ = std::chrono::steady_clock::now();
+  gather_.grow(bytes, kKeptBytes);
   return gather_.data();
 }
 
 void MpiExecutor::release_if_quiet() {
-  if (fusion_.capacity() <= kFusedSlice && gather_.capacity() <= kFusedSlice) return;
+  if (fusion_.size() <= kKeptBytes && gather_.size() <= kKeptBytes) return;
   if (std::chrono::steady_clock::now() - last_large_ < quiet_) return;
   for (auto* b : {&fusion_, &gather_}) {
-    if (b->capacity() > kFusedSlice) std::vector<uint8_t>().swap(*b);
+    if (b->size() > kKeptBytes) b->reset();
   }
 }
 

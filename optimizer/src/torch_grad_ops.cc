@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "hvd/core/host_buffer.h"
 #include "hvd/hvd.h"
 #include "hvd/optim/tensor_adapter.h"
 
@@ -62,6 +63,23 @@ class TorchReduction : public GradReduction {
  private:
   std::vector<torch::Tensor> wires_;  ///< what the reduction reads and writes
 };
+
+/// A bucket's flat buffer: on the CPU in a core::HostBuffer mapping (huge pages: MPI moves
+/// it between processes faster than torch's allocator's memory; the tensor's deleter unmaps
+/// it), on other devices from torch's allocator. Throws std::bad_alloc or c10::Error.
+torch::Tensor bucket_buffer(int64_t numel, const torch::TensorOptions& options) {
+  if (!options.device().is_cpu()) return torch::empty({numel}, options);
+  const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
+  size_t length = 0;
+  uint8_t* p = core::HostBuffer::map(bytes, 0, &length);
+  try {
+    return torch::from_blob(
+        p, {numel}, [length](void* q) { core::HostBuffer::free_mapping(q, length); }, options);
+  } catch (...) {
+    core::HostBuffer::free_mapping(p, length);
+    throw;
+  }
+}
 
 /// A bucket of gradient views (GradFrontend::make_bucket): one flat buffer its members' .grad
 /// are views of.
@@ -365,13 +383,17 @@ class TorchFrontend : public GradFrontend {
     int64_t total = 0;
     for (GradParam* p : members) total += static_cast<TorchGradParam*>(p)->numel();
     auto b = std::make_shared<TorchBucket>();
-    try {
-      b->flat = torch::empty({total}, first->options());
-    } catch (const c10::Error& e) {
+    auto refused = [&](const std::string& why) {
       return internal_error("DistributedOptimizer: bucket '" + name + "' of " +
-                            std::to_string(total) + " elements could not be allocated (" +
-                            e.what_without_backtrace() +
+                            std::to_string(total) + " elements could not be allocated (" + why +
                             "); use a smaller bucket or turn gradient_as_bucket_view off");
+    };
+    try {
+      b->flat = bucket_buffer(total, first->options());
+    } catch (const c10::Error& e) {
+      return refused(e.what_without_backtrace());
+    } catch (const std::bad_alloc&) {
+      return refused("out of memory");
     }
     int64_t offset = 0;
     for (GradParam* p : members) {

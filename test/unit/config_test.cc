@@ -177,6 +177,20 @@ TEST_CASE("dump lists the parsed values", "[unit]") {
   REQUIRE_THAT(d, Contains("HVD_CACHE_CAPACITY=1024\n"));
 }
 
+TEST_CASE("huge pages are on by default, HVD_HUGE_PAGES=0 turns them off", "[unit]") {
+  std::vector<std::string> unknown;
+  REQUIRE(parse({}, &unknown).value().huge_pages);
+  REQUIRE_FALSE(parse({{"HVD_HUGE_PAGES", "0"}}, &unknown).value().huge_pages);
+  REQUIRE(parse({{"HVD_HUGE_PAGES", "1"}}, &unknown).value().huge_pages);
+  REQUIRE(unknown.empty());  // a known name
+  auto bad = parse({{"HVD_HUGE_PAGES", "yes please"}}, &unknown);
+  REQUIRE_FALSE(bad.ok());
+  REQUIRE_THAT(bad.status().message(), hvd::test::Contains("HVD_HUGE_PAGES='yes please'"));
+  Config c;
+  c.huge_pages = false;
+  REQUIRE_THAT(c.dump(), hvd::test::Contains("HVD_HUGE_PAGES=0\n"));
+}
+
 TEST_CASE("hierarchical allreduce is off by default and read from either spelling", "[unit]") {
   std::vector<std::string> unknown;
   REQUIRE_FALSE(parse({}, &unknown).value().hierarchical_allreduce);

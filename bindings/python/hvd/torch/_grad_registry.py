@@ -301,11 +301,20 @@ class _Bucket:
         self.wire = None  # the tensor on the wire (the buffer, or its 16-bit copy)
 
 
+def _flat_buffer(numel, dtype, device):
+    """A bucket's buffer: on the CPU in hvd's own mapping (huge pages, which MPI moves between
+    processes faster than torch's allocator's memory; the tensor keeps the mapping alive)."""
+    if device.type != "cpu" or numel == 0:
+        return torch.empty(numel, dtype=dtype, device=device)
+    nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+    return torch.frombuffer(_core.HostBuffer(nbytes), dtype=dtype, count=numel)
+
+
 def _make_bucket(slots, name):
     """One flat buffer for `slots` (one dtype and device), each slot's .grad (zeros where
     there is none) copied into its slice and .grad made that slice."""
     p0 = slots[0].param
-    flat = torch.empty(sum(sl.param.numel() for sl in slots), dtype=p0.dtype, device=p0.device)
+    flat = _flat_buffer(sum(sl.param.numel() for sl in slots), p0.dtype, p0.device)
     bucket = _Bucket(flat, name)
     off = 0
     with torch.no_grad():

@@ -49,6 +49,9 @@ struct Config {
   /// GPU allreduce as NCCL reduce-scatter inside each node, MPI allreduce across nodes, NCCL
   /// allgather inside the node (HVD_HIERARCHICAL_ALLREDUCE=1).
   bool hierarchical_allreduce = false;
+  /// Host buffers that MPI moves (the executor's, the optimizer's gradient buckets) are advised
+  /// transparent huge pages (core::HostBuffer; HVD_HUGE_PAGES=0 turns the advice off).
+  bool huge_pages = true;
 
   /// Reads the variables through `lookup` (getenv in production). Bad values are errors naming
   /// the variable; unknown HVD_* names are returned in `unknown` for a warning.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hvd/core/executor.h"
+#include "hvd/core/host_buffer.h"
 
 namespace hvd::ops {
 
@@ -33,8 +34,9 @@ namespace hvd::ops {
 ///
 /// Buffers: a fused allreduce (float16/bfloat16 through float32 too) uses one slice of
 /// kFusedSlice bytes, however large its tensors; the ring stages at most its largest chunk and
-/// fused allgathers their whole output. A buffer grown past kFusedSlice is released by the first
-/// response after `quiet` passed without one needing that much.
+/// fused allgathers their whole output. Both buffers are core::HostBuffer (huge pages): one
+/// 2 MiB page each in steady use (kKeptBytes); a buffer grown past that is released by the
+/// first response after `quiet` passed without one needing that much.
 class MpiExecutor : public core::Executor {
  public:
   /// `should_abort` (null: never): asked while the ring waits for its peers; an error ends the
@@ -52,11 +54,14 @@ class MpiExecutor : public core::Executor {
                 std::shared_ptr<core::Completion>* pending) override;
   std::string name() const override { return "mpi"; }
   /// Bytes held by the persistent buffers (capacity).
-  size_t buffer_bytes() const { return fusion_.capacity() + gather_.capacity(); }
+  size_t buffer_bytes() const { return fusion_.size() + gather_.size(); }
 
-  /// Bytes of one fused slice (the fusion buffer's size in steady use).
+  /// Bytes of one fused slice (what a fused allreduce uses of the fusion buffer).
   static constexpr size_t kFusedSlice = 256 << 10;
-  /// Default time after which buffers grown past kFusedSlice are released.
+  /// Bytes each buffer keeps in steady use: one whole huge page (a smaller buffer would not get
+  /// one), which holds a fused slice.
+  static constexpr size_t kKeptBytes = core::HostBuffer::kHugePage;
+  /// Default time after which buffers grown past kKeptBytes are released.
   static constexpr std::chrono::milliseconds kBufferQuiet{10000};
 
  private:
@@ -76,7 +81,7 @@ class MpiExecutor : public core::Executor {
   /// MPI_Allreduce in place, split into calls of at most 2^30 elements.
   Status reduce_buffer(void* data, int64_t count, MPI_Datatype type, MPI_Op op);
   uint8_t* fusion_buffer(size_t bytes);
-  /// Releases buffers grown past kFusedSlice when none needed that much for `quiet_`.
+  /// Releases buffers grown past kKeptBytes when none needed that much for `quiet_`.
   void release_if_quiet();
   /// A second persistent buffer (fused allgather receives here while sending from fusion_).
   uint8_t* gather_buffer(size_t bytes);
@@ -91,11 +96,11 @@ class MpiExecutor : public core::Executor {
 
   MPI_Comm comm_;
   int size_ = 1, rank_ = 0;
-  std::vector<uint8_t> fusion_, gather_;
+  core::HostBuffer fusion_, gather_;
   std::vector<size_t> sizes_;  // bytes (elements: float16/bfloat16) of each fused tensor
   std::chrono::milliseconds quiet_;
   std::function<Status()> should_abort_;
-  std::chrono::steady_clock::time_point last_large_{};  // a buffer last needed > kFusedSlice
+  std::chrono::steady_clock::time_point last_large_{};  // a buffer last needed > kKeptBytes
   bool abandoned_ = false;  // the ring released requests MPI had not finished (launch())
 };
 
