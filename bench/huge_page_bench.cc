@@ -2,7 +2,8 @@
 // huge_page_bench: one in-place MPI_Allreduce (float32 sum) of S bytes on memory from malloc
 // against the same on a core::HostBuffer (2 MiB-aligned, advised MADV_HUGEPAGE: what hvd's
 // executor buffers and gradient buckets use), in rounds that alternate the two (each round
-// reverses the order). Medians over a round's iterations, slowest rank, then the median round.
+// reverses the order). A round's figure is hvd_bench::median_ms (the median over iterations of
+// the slowest rank's time), then the median round.
 //
 //   mpirun -np 2 --bind-to none --mca mpi_yield_when_idle 1 hvd_huge_page_bench
 //       [--sizes 262144,1048576,4194304,16777216,67108864] [--rounds 5]
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "hvd/core/host_buffer.h"
 
 namespace {
@@ -23,20 +25,6 @@ namespace {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-/// Median ms of `iters` allreduces of `count` floats at `p`, the slowest rank's.
-double time_allreduce(float* p, int count, int iters) {
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime();
-    MPI_Allreduce(MPI_IN_PLACE, p, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    t.push_back((MPI_Wtime() - t0) * 1e3);
-  }
-  double m = median(t), slowest = 0;
-  MPI_Allreduce(&m, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return slowest;
 }
 
 }  // namespace
@@ -84,12 +72,17 @@ int main(int argc, char** argv) {
     std::string each;
     for (int r = 0; r < rounds; ++r) {
       auto* hp = reinterpret_cast<float*>(huge.data());
+      auto time = [&](float* p) {
+        return hvd_bench::median_ms(iters, [&] {
+          MPI_Allreduce(MPI_IN_PLACE, p, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        });
+      };
       if (r % 2 == 0) {
-        a.push_back(time_allreduce(plain, count, iters));
-        b.push_back(time_allreduce(hp, count, iters));
+        a.push_back(time(plain));
+        b.push_back(time(hp));
       } else {
-        b.push_back(time_allreduce(hp, count, iters));
-        a.push_back(time_allreduce(plain, count, iters));
+        b.push_back(time(hp));
+        a.push_back(time(plain));
       }
       char buf[64];
       std::snprintf(buf, sizeof buf, " %.3f/%.3f", a.back(), b.back());
