@@ -489,7 +489,7 @@ def test_cpu_buckets_are_huge_page_host_buffers():
     """A CPU bucket of 1 MiB or more is hvd's HostBuffer: on a 2 MiB boundary, its own mapping,
     advised huge pages ("hg"), zero-filled when new; training through it is still exact (the
     tests above)."""
-    flat = _grad_registry._flat_buffer(300_000, torch.float32, torch.device("cpu"))
+    flat = _grad_registry._flat_buffer(300_000, torch.zeros(1))
     assert flat.numel() == 300_000 and flat.dtype == torch.float32
     assert flat.data_ptr() % (2 << 20) == 0
     assert int(torch.count_nonzero(flat)) == 0

@@ -301,20 +301,21 @@ class _Bucket:
         self.wire = None  # the tensor on the wire (the buffer, or its 16-bit copy)
 
 
-def _flat_buffer(numel, dtype, device):
-    """A bucket's buffer: on the CPU in hvd's own mapping (huge pages, which MPI moves between
-    processes faster than torch's allocator's memory; the tensor keeps the mapping alive)."""
-    if device.type != "cpu" or numel == 0:
-        return torch.empty(numel, dtype=dtype, device=device)
-    nbytes = numel * torch.empty(0, dtype=dtype).element_size()
-    return torch.frombuffer(_core.HostBuffer(nbytes), dtype=dtype, count=numel)
+def _flat_buffer(numel, like):
+    """A bucket's buffer of `like`'s dtype and device: on the CPU in hvd's own mapping (huge
+    pages, which MPI moves between processes faster than torch's allocator's memory; the tensor
+    keeps the mapping alive)."""
+    if like.device.type != "cpu" or numel == 0:
+        return torch.empty(numel, dtype=like.dtype, device=like.device)
+    return torch.frombuffer(_core.HostBuffer(numel * like.element_size()), dtype=like.dtype,
+                            count=numel)
 
 
 def _make_bucket(slots, name):
     """One flat buffer for `slots` (one dtype and device), each slot's .grad (zeros where
     there is none) copied into its slice and .grad made that slice."""
     p0 = slots[0].param
-    flat = _flat_buffer(sum(sl.param.numel() for sl in slots), p0.dtype, p0.device)
+    flat = _flat_buffer(sum(sl.param.numel() for sl in slots), p0)
     bucket = _Bucket(flat, name)
     off = 0
     with torch.no_grad():
