@@ -31,6 +31,10 @@
 // (each rank's median step(), the slowest rank's), which a preempted step does not move; and
 // hvd's floor: a sixth mode, the same backward then one hvd::allreduce_ of the same bytes and
 // no-comm's step() (no optimizer: what the runtime's one collective costs against the raw call).
+// Last, "after last": each step's reduction timed from the last rank's end of backward to the
+// end of synchronize() (step() runs as synchronize() then step() inside skip_synchronize()) or
+// of the raw call, per-step medians: the ranks' skew after backward taken out (one host: the
+// ranks share steady_clock).
 //
 //   mpirun -np 2 --bind-to none build/bench/hvd_train_bench --reduction 1024 1024
 #include <mpi.h>
@@ -387,22 +391,36 @@ void bench_reduction(const Args& a) {
                                 [] {},
                                 plain_backward,
                                 plain_backward};
-  const Fn steps[kModes] = {[&] { off.step(); },
-                            [&] { on.step(); },
+  // `reduced`: when the step's reduction completed, before its update (step() as
+  // synchronize() then step() inside skip_synchronize(), which is what step() does).
+  double reduced = 0;
+  const auto reduce_then_step = [&reduced](hvd::DistributedOptimizer& o) {
+    o.synchronize();
+    reduced = now_s();
+    hvd::optim::SkipSynchronizeGuard skip(o);
+    o.step();
+  };
+  const Fn steps[kModes] = {[&] { reduce_then_step(off); },
+                            [&] { reduce_then_step(on); },
                             [&] { s_plain.step(); },
                             raw,
                             [&] {
                               raw();
+                              reduced = now_s();
                               s_plain.step();
                             },
                             [&] {
                               hvd::allreduce_(hvd_flat, "reduction.floor", hvd::ReduceOp::kSum);
+                              reduced = now_s();
                               s_plain.step();
                             }};
   const int64_t iters = std::max<int64_t>(20, static_cast<int64_t>(a.window_s * 200));
   // t: whole steps; r: step() alone, after its backward (what of the reduction backward did not
   // hide: the bucket or the last tensors still in flight, their completion, the update).
   std::vector<double> t[kModes], r[kModes], each[kModes];  // each: every step's step()
+  // Every step's end of backward and its reduction's end (steady_clock: one clock for every
+  // process of a host), for the reduction after the last rank's backward (skew out, below).
+  std::vector<double> ends[kModes];
   for (int w = 0; w < a.warmup + a.windows; ++w) {
     for (int m = 0; m < kModes; ++m) {
       hvd::barrier();
@@ -414,7 +432,11 @@ void bench_reduction(const Args& a) {
         steps[m]();
         const double d = now_s() - s0;
         in_step += d;
-        if (w >= a.warmup) each[m].push_back(d * 1e3);
+        if (w >= a.warmup) {
+          each[m].push_back(d * 1e3);
+          ends[m].push_back(s0);
+          ends[m].push_back(reduced);
+        }
       }
       double dt[2] = {(now_s() - t0) / static_cast<double>(iters) * 1e3,
                       in_step / static_cast<double>(iters) * 1e3};
@@ -429,6 +451,19 @@ void bench_reduction(const Args& a) {
   double med[kModes];
   for (int m = 0; m < kModes; ++m) med[m] = median(each[m]);
   MPI_Allreduce(MPI_IN_PLACE, med, kModes, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  // After the last rank's backward: each step's latest end of the reduction over the ranks
+  // minus its latest end of backward, median over the steps. Ranks that finish backward early
+  // wait for the last one whatever runs next (a raw call too): that skew is not the reduction's
+  // cost, and this takes it out. One host only (the clock is the host's).
+  double after_last[kModes] = {};
+  for (int m : {0, 1, 4, 5}) {
+    MPI_Allreduce(MPI_IN_PLACE, ends[m].data(), static_cast<int>(ends[m].size()), MPI_DOUBLE,
+                  MPI_MAX, MPI_COMM_WORLD);
+    std::vector<double> lat;
+    for (size_t i = 0; i + 1 < ends[m].size(); i += 2)
+      lat.push_back((ends[m][i + 1] - ends[m][i]) * 1e3);
+    after_last[m] = median(lat);
+  }
   if (hvd::rank() != 0) return;
   const double off_ms = median(t[0]), on_ms = median(t[1]), plain_ms = median(t[2]),
                raw_ms = median(t[3]);
@@ -457,6 +492,13 @@ void bench_reduction(const Args& a) {
       "no-comm's step(): %.3f ms (windows) / %.3f ms (per-step); (- no-comm's) / the raw "
       "call's: %.2fx (windows), %.2fx (per-step)\n",
       median(r[5]), med[5], (median(r[5]) - r_plain) / r_raw, (med[5] - med[2]) / med_raw);
+  std::printf(
+      "the reduction after the last rank's backward (skew out; to the end of synchronize() or "
+      "of the raw call), per-step medians, ms: hvd %.3f, bucket views %.3f, raw MPI_Allreduce "
+      "%.3f, hvd's floor %.3f; / the raw call's: hvd %.2fx, bucket views %.2fx, floor %.2fx "
+      "(after last)\n",
+      after_last[0], after_last[1], after_last[4], after_last[5], after_last[0] / after_last[4],
+      after_last[1] / after_last[4], after_last[5] / after_last[4]);
   std::fflush(stdout);
 }
 

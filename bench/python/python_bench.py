@@ -33,7 +33,8 @@
    MPI_Allreduce of the same bytes (mpi4py), alternating within each of --rounds rounds
    (--opt-case LABEL: one case); and that step's step() alone, timed after its backward,
    against one raw MPI_Allreduce then the plain step() after the same backward (the reduction
-   the backward did not hide, with the ranks' skew in both).
+   the backward did not hide, with the ranks' skew in both); and the same reduction timed from
+   the last rank's end of backward to the end of synchronize() or of the raw call (skew out).
 """
 import argparse
 import os
@@ -236,6 +237,29 @@ def median_slowest(iters, fn, prep=None):
     return statistics.median(xs)
 
 
+def median_after_last(iters, fn, prep):
+    """The reduction after the last rank's backward: per iteration MPI_Barrier, `prep` (the
+    backward, untimed), then `fn`, which returns when (CLOCK_MONOTONIC, one clock for every
+    process of a host) its reduction completed; the latest such time over the ranks minus the
+    latest end of `prep`. Ranks that finish backward early wait for the last one whatever runs
+    next (a raw call too): that skew is not the reduction's cost, and this takes it out. One
+    host only. Median over the iterations, ms."""
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    xs = []
+    ends = np.zeros(2)
+    for i in range(iters + 3):
+        comm.Barrier()
+        prep()
+        ends[0] = time.clock_gettime(time.CLOCK_MONOTONIC)
+        ends[1] = fn()
+        comm.Allreduce(MPI.IN_PLACE, ends, op=MPI.MAX)
+        if i >= 3:
+            xs.append((ends[1] - ends[0]) * 1e3)
+    return statistics.median(xs)
+
+
 def read_cpp(path):
     """hvd_bench's table: case -> (per-tensor ms, grouped ms)."""
     out = {}
@@ -341,8 +365,10 @@ def bench_optpath(iters, rounds, only=None):
     (no-comm): a framework's share of a step is step - no-comm, to compare with the raw call;
     and step() alone after the same backward ("red_*"), hvd off / on, no-comm, and a raw call
     then no-comm's step() ("red_raw"): (red_on - red_none) / (red_raw - red_none) is the
-    reduction left after backward against the ideal one. All alternate within each of `rounds`
-    rounds.
+    reduction left after backward against the ideal one; and "after_*": raw / off / on from the
+    last rank's end of backward to the end of the raw call or of synchronize()
+    (median_after_last: the skew between the ranks' backward ends out). All alternate within
+    each of `rounds` rounds.
     Median of the slowest rank per round; prints each round's ratios and one summary line
     ("optpath LABEL raw R sync_off .. sync_on .. step_none .. step_off .. step_on ..", medians)
     for scripts/bench-compare.sh. `only`: one case label."""
@@ -356,6 +382,7 @@ def bench_optpath(iters, rounds, only=None):
         raw_buf = np.ones(k * s, dtype=np.float32)
         x = torch.ones(k * s)
         fns = {}
+        after = {}  # the reduction after the last rank's backward (median_after_last)
         views = 0
         for bv in (False, True):
             params = [nn.Parameter(torch.ones(s)) for _ in range(k)]
@@ -379,7 +406,14 @@ def bench_optpath(iters, rounds, only=None):
             def step(opt=opt, backward=backward):
                 backward()
                 opt.step()
+            def reduce_then_step(opt=opt):  # step() as synchronize(), then the update
+                opt.synchronize()
+                t = time.clock_gettime(time.CLOCK_MONOTONIC)
+                with opt.skip_synchronize():
+                    opt.step()
+                return t
             v = "on" if bv else "off"
+            after["after_" + v] = (reduce_then_step, backward)
             fns["sync_" + v] = sync
             fns["step_" + v] = step
             fns["red_" + v] = (opt.step, backward)
@@ -403,6 +437,13 @@ def bench_optpath(iters, rounds, only=None):
             plain.step()
         fns["red_raw"] = (raw_then_step, backward_none)
 
+        def raw_mark_step():
+            comm.Allreduce(MPI.IN_PLACE, raw_buf)
+            t = time.clock_gettime(time.CLOCK_MONOTONIC)
+            plain.step()
+            return t
+        after["after_raw"] = (raw_mark_step, backward_none)
+
         class Grads(nn.Module):  # DDP's side: the same K parameters and backward
             def __init__(self):
                 super().__init__()
@@ -420,7 +461,7 @@ def bench_optpath(iters, rounds, only=None):
         fns["step_ddp"] = step_ddp
         order = ["raw", "sync_off", "sync_on", "step_none", "step_off", "step_on", "step_ddp",
                  "red_none", "red_raw", "red_off", "red_on"]
-        rows = {n: [] for n in order}
+        rows = {n: [] for n in order + list(after)}
         for _ in range(rounds):
             rows["raw"].append(median_slowest(iters, lambda: comm.Allreduce(MPI.IN_PLACE,
                                                                             raw_buf)))
@@ -428,6 +469,8 @@ def bench_optpath(iters, rounds, only=None):
                 f = fns[n]
                 rows[n].append(median_slowest(iters, *f) if isinstance(f, tuple)
                                else median_slowest(iters, f))
+            for n, (f, prep) in after.items():
+                rows[n].append(median_after_last(iters, f, prep))
         if hvd.rank() == 0:
             print(f"optimizer path {label} ({k} gradients, {k * s * 4 >> 10} KiB), np="
                   f"{hvd.size()}, {iters} iterations x {rounds} rounds, ms (median of the "
@@ -448,6 +491,10 @@ def bench_optpath(iters, rounds, only=None):
                       f"  off {rows['red_off'][r]:.3f} ((- no-comm) / raw after backward "
                       f"{(rows['red_off'][r] - rn) / rr:.2f}x)  on {rows['red_on'][r]:.3f} "
                       f"({(rows['red_on'][r] - rn) / rr:.2f}x)")
+                ar = rows["after_raw"][r]
+                print(f"    after the last rank's backward (skew out): raw MPI {ar:.3f}  off "
+                      f"{rows['after_off'][r]:.3f} ({rows['after_off'][r] / ar:.2f}x)  on "
+                      f"{rows['after_on'][r]:.3f} ({rows['after_on'][r] / ar:.2f}x)")
             med = {n: statistics.median(v) for n, v in rows.items()}
 
             def spread(vals):
@@ -471,6 +518,12 @@ def bench_optpath(iters, rounds, only=None):
                   f"no-comm {med['red_raw']:.3f}  off {med['red_off']:.3f}  on "
                   f"{med['red_on']:.3f}; per-round (step() - no-comm's) / (raw + no-comm's - "
                   f"no-comm's): off {spread(red['off'])}  on {spread(red['on'])}")
+            aft = {v: [o / r for o, r in zip(rows["after_" + v], rows["after_raw"])]
+                   for v in ("off", "on")}
+            print(f"  median: the reduction after the last rank's backward (to the end of "
+                  f"synchronize() or of the raw call) raw MPI {med['after_raw']:.3f}  off "
+                  f"{med['after_off']:.3f}  on {med['after_on']:.3f}; per-round / raw: off "
+                  f"{spread(aft['off'])}  on {spread(aft['on'])}")
             print(f"optpath {label} " + " ".join(f"{n} {med[n]:.4f}" for n in order), flush=True)
 
 
