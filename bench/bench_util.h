@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace hvd_bench {
@@ -78,6 +79,13 @@ inline double now_ms() {
       .count();
 }
 
+/// The median (the upper one of an even count) of `v`; 0 when empty.
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 /// Runs `body` iters + 3 times between barriers; the first 3 warm up (and fill hvd's response
 /// cache). Returns the median over iterations of the slowest rank's time.
 inline double median_ms(int iters, const std::function<void()>& body) {
@@ -90,8 +98,7 @@ inline double median_ms(int iters, const std::function<void()>& body) {
     MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (i >= 3) t.push_back(worst);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(std::move(t));
 }
 
 }  // namespace hvd_bench

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "hvd/hvd.h"
 
 namespace {
@@ -30,10 +31,7 @@ double now_ms() {
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using hvd_bench::median;
 
 #define BENCH_CHECK(x)                                                             \
   do {                                                                             \

@@ -22,10 +22,7 @@
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using hvd_bench::median;
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "hvd/hvd.h"
 
 namespace {
@@ -39,10 +40,7 @@ double compute_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using hvd_bench::median;
 
 }  // namespace
 

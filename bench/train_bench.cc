@@ -54,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "hvd/torch.h"
 
 namespace {
@@ -140,10 +141,7 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using hvd_bench::median;
 
 double sum_over_ranks(double v, const std::string& name) {
   return hvd::allreduce(torch::tensor(v, torch::kDouble), name, hvd::ReduceOp::kSum).item<double>();

@@ -406,17 +406,18 @@ def bench_optpath(iters, rounds, only=None):
             def step(opt=opt, backward=backward):
                 backward()
                 opt.step()
-            def reduce_then_step(opt=opt):  # step() as synchronize(), then the update
+            def reduce_then_step(opt=opt):
+                """step() as synchronize(), then the update (what step() does); returns when
+                the reduction completed (median_after_last; median_slowest ignores it)."""
                 opt.synchronize()
                 t = time.clock_gettime(time.CLOCK_MONOTONIC)
                 with opt.skip_synchronize():
                     opt.step()
                 return t
             v = "on" if bv else "off"
-            after["after_" + v] = (reduce_then_step, backward)
             fns["sync_" + v] = sync
             fns["step_" + v] = step
-            fns["red_" + v] = (opt.step, backward)
+            fns["red_" + v] = after["after_" + v] = (reduce_then_step, backward)
             if bv:
                 views = sum(1 for p in params if p.grad is not None and p.grad._base is not None)
         plain_params = [nn.Parameter(torch.ones(s)) for _ in range(k)]
@@ -434,15 +435,10 @@ def bench_optpath(iters, rounds, only=None):
 
         def raw_then_step():  # the ideal reduction after the same backward: one raw call
             comm.Allreduce(MPI.IN_PLACE, raw_buf)
-            plain.step()
-        fns["red_raw"] = (raw_then_step, backward_none)
-
-        def raw_mark_step():
-            comm.Allreduce(MPI.IN_PLACE, raw_buf)
-            t = time.clock_gettime(time.CLOCK_MONOTONIC)
+            t = time.clock_gettime(time.CLOCK_MONOTONIC)  # the reduction's end, as above
             plain.step()
             return t
-        after["after_raw"] = (raw_mark_step, backward_none)
+        fns["red_raw"] = after["after_raw"] = (raw_then_step, backward_none)
 
         class Grads(nn.Module):  # DDP's side: the same K parameters and backward
             def __init__(self):
